@@ -1,0 +1,65 @@
+//! `kartograf check`: validate definition files.
+
+use crate::definition::catalog;
+use crate::definition::{load, DefinitionError};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `check`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Definition files or folders; the embedded catalog when none are given.
+    pub paths: Vec<PathBuf>,
+}
+
+/// Runs `check`: prints every definition found and every error; exit 1 on any error.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut errors: Vec<DefinitionError> = Vec::new();
+    let mut ok = 0usize;
+    if args.paths.is_empty() {
+        let (defs, errs) = catalog::load_embedded();
+        for def in &defs {
+            println!("OK       {} ({}, {})", def.name, def.root_kind, def.source);
+        }
+        ok += defs.len();
+        errors.extend(errs);
+    }
+    for path in &args.paths {
+        let files = match load::definition_files(path) {
+            Ok(files) if files.is_empty() => {
+                errors.push(DefinitionError::new(&path.display().to_string(), "", None, "no .yaml, .yml or .json files"));
+                continue;
+            }
+            Ok(files) => files,
+            Err(e) => {
+                errors.push(DefinitionError::new(&path.display().to_string(), "", None, format!("cannot read: {e}")));
+                continue;
+            }
+        };
+        let mut parsed = Vec::new();
+        for file in files {
+            let (p, e) = load::parse_file(&file);
+            if p.is_empty() && e.is_empty() {
+                errors.push(DefinitionError::new(&file.display().to_string(), "", None, "holds no definition"));
+            }
+            parsed.extend(p);
+            errors.extend(e);
+        }
+        let (defs, errs) = catalog::compile_all(parsed, "check");
+        for def in &defs {
+            println!("OK       {} ({}, {})", def.name, def.root_kind, def.source);
+        }
+        ok += defs.len();
+        errors.extend(errs);
+    }
+    for e in &errors {
+        println!("INVALID  {e}");
+    }
+    if errors.is_empty() {
+        println!("{ok} definition(s) valid");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("{ok} definition(s) valid, {} error(s)", errors.len());
+        Ok(ExitCode::from(super::EXIT_INVALID))
+    }
+}

@@ -1,0 +1,84 @@
+//! The `kartograf` command line.
+
+mod check;
+mod definitions;
+mod output;
+mod resolve;
+pub mod tree;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Exit code: invalid input (bad definitions, unreadable files).
+pub const EXIT_INVALID: u8 = 1;
+/// Exit code: the named workload was not found (or several matched).
+pub const EXIT_NOT_FOUND: u8 = 3;
+/// Exit code: no definition covers the workload's kind.
+pub const EXIT_NO_DEFINITION: u8 = 4;
+
+/// Resolves Kubernetes AI workloads of any framework into normalized workload graphs.
+#[derive(Debug, Parser)]
+#[command(name = "kartograf", version, about, long_about = None)]
+pub struct Cli {
+    /// Log filter (also `RUST_LOG`), e.g. `info` or `kartograf=debug`.
+    #[arg(long, global = true, env = "KARTOGRAF_LOG", default_value = "warn")]
+    pub log: String,
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Proto3 canonical JSON (the gRPC API's JSON mapping).
+    Json,
+    /// The same document as YAML.
+    Yaml,
+    /// A readable terminal view, like `kubectl describe`.
+    Tree,
+}
+
+/// Commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Resolve one workload from manifest files (a cluster snapshot), offline.
+    Resolve(resolve::Args),
+    /// Validate definition files or folders (the embedded catalog when none are given).
+    Check(check::Args),
+    /// List the definitions in effect (embedded catalog, plus --definitions).
+    Definitions(definitions::Args),
+}
+
+/// Definition sources shared by commands.
+#[derive(Debug, clap::Args)]
+pub struct DefinitionArgs {
+    /// A folder (or file) of extra definitions; they replace embedded ones for the same kind.
+    #[arg(short = 'd', long = "definitions", env = "KARTOGRAF_DEFINITIONS")]
+    pub definitions: Option<PathBuf>,
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Resolve(args) => resolve::run(args),
+        Command::Check(args) => check::run(args),
+        Command::Definitions(args) => definitions::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+/// The embedded catalog plus `--definitions`; invalid definitions are a listed error.
+fn load_catalog(args: &DefinitionArgs) -> anyhow::Result<crate::definition::Catalog> {
+    crate::definition::catalog::load_layers(args.definitions.as_deref()).map_err(|errors| {
+        let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
+        anyhow::anyhow!("invalid definitions:\n{}", lines.join("\n"))
+    })
+}

@@ -1,0 +1,85 @@
+//! `kartograf resolve`: the offline form of `Resolve`.
+
+use super::{output, tree, DefinitionArgs, Format, EXIT_NO_DEFINITION, EXIT_NOT_FOUND};
+use crate::expr::Limits;
+use crate::proto::v1 as pb;
+use crate::snapshot::{Snapshot, SnapshotError};
+use anyhow::Context;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Arguments of `resolve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Manifest file or folder holding the cluster snapshot (YAML/JSON, multi-document, List); repeatable.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+    /// The workload as KIND/NAME (e.g. jobset/llama-train); optional when the files hold one.
+    pub target: Option<String>,
+    /// Only consider workloads in this namespace.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "tree")]
+    pub output: Format,
+    /// Print only the summary (no component tree, pod lists or gang members).
+    #[arg(long)]
+    pub summary: bool,
+    /// Evaluation deadline for the whole resolve.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    #[command(flatten)]
+    pub definitions: DefinitionArgs,
+}
+
+/// Parses `500ms`, `2s`, `1m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (n, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, "s"), |i| s.split_at(i));
+    let n: u64 = n.parse().map_err(|_| format!("`{s}` is not a duration like 500ms, 2s or 1m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("`{s}` is not a duration like 500ms, 2s or 1m")),
+    }
+}
+
+/// Runs `resolve`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let catalog = super::load_catalog(&args.definitions)?;
+    let snapshot = Snapshot::load(&args.files, Limits::default()).map_err(anyhow::Error::msg)?;
+    for warning in &snapshot.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let root = match snapshot.select(&catalog, args.target.as_deref(), args.namespace.as_deref()) {
+        Ok(root) => root,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_NOT_FOUND));
+        }
+    };
+    let resolution = match snapshot.resolve(&catalog, &root, Some(Instant::now() + args.timeout)) {
+        Ok(r) => r,
+        Err(e @ SnapshotError::NoDefinition(_)) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_NO_DEFINITION));
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_NOT_FOUND));
+        }
+    };
+    let mut workload = resolution.workload;
+    if args.summary {
+        crate::resolve::summarize(&mut workload);
+    }
+    let response = pb::ResolveResponse { workload: Some(workload), pod: None };
+    let text = match args.output {
+        Format::Json => output::json(&response)?,
+        Format::Yaml => output::yaml(&response)?,
+        Format::Tree => tree::render(response.workload.as_ref().context("no workload")?),
+    };
+    println!("{}", text.trim_end());
+    Ok(ExitCode::SUCCESS)
+}

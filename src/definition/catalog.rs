@@ -1,0 +1,190 @@
+//! The catalog: every active definition, indexed by root kind.
+//!
+//! Built from layers; a later layer replaces an earlier one's definition for the same root
+//! group/version/kind (embedded < directory < cluster). Immutable once built: a reload
+//! builds a new catalog and publishes it whole.
+
+use super::compile::Definition;
+use super::load::{self, Parsed};
+use super::model::GroupVersionKind;
+use super::DefinitionError;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Origin label of the definitions compiled into the binary.
+pub const EMBEDDED: &str = "embedded";
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/embedded_catalog.rs"));
+}
+
+/// The result of looking up the definition for an object's kind.
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    /// The definition.
+    pub definition: Arc<Definition>,
+    /// Set when no definition exists for the exact version and one for another version of
+    /// the same group and kind was used instead.
+    pub fallback_from: Option<String>,
+}
+
+/// An immutable set of active definitions.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    generation: u64,
+    by_gvk: BTreeMap<GroupVersionKind, Arc<Definition>>,
+    by_group_kind: HashMap<(String, String), Vec<Arc<Definition>>>,
+    child_kinds: HashSet<(String, String)>,
+}
+
+impl Catalog {
+    /// Builds a catalog from layers of definitions, lowest precedence first.
+    pub fn from_layers(generation: u64, layers: impl IntoIterator<Item = Vec<Arc<Definition>>>) -> Catalog {
+        let mut by_gvk = BTreeMap::new();
+        for layer in layers {
+            for def in layer {
+                by_gvk.insert(def.root_kind.clone(), def);
+            }
+        }
+        let mut by_group_kind: HashMap<(String, String), Vec<Arc<Definition>>> = HashMap::new();
+        let mut child_kinds = HashSet::new();
+        for def in by_gvk.values() {
+            by_group_kind
+                .entry((def.root_kind.group.clone(), def.root_kind.kind.clone()))
+                .or_default()
+                .push(def.clone());
+            for kind in def.child_kinds() {
+                child_kinds.insert((kind.group.clone(), kind.kind.clone()));
+            }
+        }
+        Catalog { generation, by_gvk, by_group_kind, child_kinds }
+    }
+
+    /// The embedded catalog alone.
+    pub fn embedded() -> Result<Catalog, Vec<DefinitionError>> {
+        let (defs, errors) = load_embedded();
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Catalog::from_layers(1, [defs]))
+    }
+
+    /// Catalog generation (bumped on every published change).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Every definition, sorted by root kind.
+    pub fn definitions(&self) -> impl Iterator<Item = &Arc<Definition>> {
+        self.by_gvk.values()
+    }
+
+    /// Number of definitions.
+    pub fn len(&self) -> usize {
+        self.by_gvk.len()
+    }
+
+    /// True when there are no definitions.
+    pub fn is_empty(&self) -> bool {
+        self.by_gvk.is_empty()
+    }
+
+    /// The definition for an object of `api_version`/`kind`: exact version first, else the
+    /// same group and kind at another version (the newest by name).
+    pub fn lookup(&self, api_version: &str, kind: &str) -> Option<Lookup> {
+        let gvk = GroupVersionKind::from_api_version(api_version, kind);
+        if let Some(def) = self.by_gvk.get(&gvk) {
+            return Some(Lookup { definition: def.clone(), fallback_from: None });
+        }
+        let candidates = self.by_group_kind.get(&(gvk.group.clone(), gvk.kind.clone()))?;
+        let def = candidates.iter().max_by(|a, b| a.root_kind.version.cmp(&b.root_kind.version))?;
+        Some(Lookup { definition: def.clone(), fallback_from: Some(gvk.to_string()) })
+    }
+
+    /// True when some definition has a root of this group and kind (any version).
+    pub fn covers(&self, group: &str, kind: &str) -> bool {
+        self.by_group_kind.contains_key(&(group.to_owned(), kind.to_owned()))
+    }
+
+    /// True when some definition lists this group and kind as a child or additional kind.
+    pub fn is_child_kind(&self, group: &str, kind: &str) -> bool {
+        self.child_kinds.contains(&(group.to_owned(), kind.to_owned()))
+    }
+}
+
+/// Compiles parsed documents with the given origin; duplicate root kinds within one batch
+/// are errors (the first wins).
+pub fn compile_all(parsed: Vec<Parsed>, origin: &str) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
+    let mut defs: Vec<Arc<Definition>> = Vec::new();
+    let mut errors = Vec::new();
+    for p in parsed {
+        match Definition::compile(p.karta, &p.source, origin) {
+            Ok(def) => {
+                if let Some(first) = defs.iter().find(|d| d.root_kind == def.root_kind) {
+                    errors.push(DefinitionError::new(
+                        &p.source,
+                        "spec.structureDefinition.rootComponent.kind",
+                        None,
+                        format!("{} is already defined by `{}` in {}", def.root_kind, first.name, first.source),
+                    ));
+                } else {
+                    defs.push(Arc::new(def));
+                }
+            }
+            Err(errs) => errors.extend(errs),
+        }
+    }
+    (defs, errors)
+}
+
+/// Loads the embedded catalog.
+pub fn load_embedded() -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
+    let mut parsed = Vec::new();
+    let mut errors = Vec::new();
+    for (file, text) in embedded::FILES {
+        let (p, e) = load::parse_text(text, file);
+        parsed.extend(p);
+        errors.extend(e);
+    }
+    let (defs, e) = compile_all(parsed, EMBEDDED);
+    errors.extend(e);
+    (defs, errors)
+}
+
+/// The names and texts of the embedded catalog files.
+pub fn embedded_files() -> &'static [(&'static str, &'static str)] {
+    embedded::FILES
+}
+
+/// Loads every definition file below `path`.
+pub fn load_path(path: &Path) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
+    let source = path.display().to_string();
+    let files = match load::definition_files(path) {
+        Ok(files) => files,
+        Err(e) => return (Vec::new(), vec![DefinitionError::new(&source, "", None, format!("cannot read: {e}"))]),
+    };
+    let mut parsed = Vec::new();
+    let mut errors = Vec::new();
+    for file in files {
+        let (p, e) = load::parse_file(&file);
+        parsed.extend(p);
+        errors.extend(e);
+    }
+    let (defs, e) = compile_all(parsed, &format!("directory:{source}"));
+    errors.extend(e);
+    (defs, errors)
+}
+
+/// The embedded catalog overlaid with the definitions below `dir` (if given). Any invalid
+/// definition is an error listing every problem.
+pub fn load_layers(dir: Option<&Path>) -> Result<Catalog, Vec<DefinitionError>> {
+    let (embedded, mut errors) = load_embedded();
+    let mut layers = vec![embedded];
+    if let Some(dir) = dir {
+        let (defs, errs) = load_path(dir);
+        errors.extend(errs);
+        layers.push(defs);
+    }
+    if errors.is_empty() { Ok(Catalog::from_layers(1, layers)) } else { Err(errors) }
+}

@@ -1,0 +1,765 @@
+//! Validation and compilation of a [`Karta`] into a [`Definition`] the resolver runs.
+//!
+//! Every upstream validation rule applies (component names unique, root with a full kind and
+//! a status definition, owner references that exist and form no cycle, one pod spec shape,
+//! instance id path paired with an instance selector, type selector well-formed, pod-group
+//! members defined), plus: every jq expression must parse, pass the safety gate and compile;
+//! v2 subgroups must name components; pod selectors only on components that have pods.
+//! All errors are collected, each with the YAML path and the expression.
+
+use super::model::*;
+use super::DefinitionError;
+use crate::expr::{CompileError, Expr};
+use std::collections::{BTreeMap, HashMap};
+
+/// A compiled expression and where it was written.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    /// The compiled expression.
+    pub expr: Expr,
+    /// YAML path of the field, for diagnostics.
+    pub path: String,
+}
+
+impl Compiled {
+    /// The expression's source text.
+    pub fn source(&self) -> &str {
+        self.expr.source()
+    }
+}
+
+/// A validated, compiled definition. Immutable; shared behind `Arc`.
+#[derive(Debug)]
+pub struct Definition {
+    /// Definition name (`metadata.name`, or a slug of the root kind).
+    pub name: String,
+    /// Where it was loaded from: `embedded`, `directory:<path>`, `cluster`, …
+    pub origin: String,
+    /// File (or object) it came from.
+    pub source: String,
+    /// The root component's kind.
+    pub root_kind: GroupVersionKind,
+    /// The definition as written.
+    pub karta: Karta,
+    /// Components; index 0 is the root and parents come before their children.
+    pub components: Vec<Component>,
+    /// Kinds owner chains may pass through besides component kinds.
+    pub additional_child_kinds: Vec<GroupVersionKind>,
+    /// Gang scheduling plan, if the definition has one.
+    pub gang: Option<GangPlan>,
+}
+
+/// One compiled component.
+#[derive(Debug)]
+pub struct Component {
+    /// Name.
+    pub name: String,
+    /// Object kind; `None` for virtual components.
+    pub kind: Option<GroupVersionKind>,
+    /// Parent component index (`None` for the root).
+    pub parent: Option<usize>,
+    /// Child component indexes, in definition order.
+    pub children: Vec<usize>,
+    /// Where this component's pod spec lives; `Some` makes it pod-bearing.
+    pub spec: Option<PodSpecSource>,
+    /// `replicasPath`.
+    pub replicas: Option<Compiled>,
+    /// `minReplicasPath`.
+    pub min_replicas: Option<Compiled>,
+    /// `maxReplicasPath`.
+    pub max_replicas: Option<Compiled>,
+    /// Status plan (the root's is the workload status).
+    pub status: Option<StatusPlan>,
+    /// `instanceIdPath`.
+    pub instance_ids: Option<Compiled>,
+    /// `componentTypeSelector`.
+    pub type_selector: Option<TypeSelector>,
+    /// `componentInstanceSelector.idPath`.
+    pub instance_selector: Option<Compiled>,
+    /// `replicaSelector.keyPath`.
+    pub replica_selector: Option<Compiled>,
+    /// YAML path of the component, for diagnostics.
+    pub path: String,
+}
+
+impl Component {
+    /// True when the component declares a pod spec.
+    pub fn pod_bearing(&self) -> bool {
+        self.spec.is_some()
+    }
+}
+
+/// The three pod spec shapes.
+#[derive(Debug)]
+pub enum PodSpecSource {
+    /// `podTemplateSpecPath`: metadata + spec.
+    Template(Compiled),
+    /// `podSpecPath` (+ optional `metadataPath`).
+    Spec {
+        /// The PodSpec.
+        spec: Compiled,
+        /// The ObjectMeta.
+        metadata: Option<Compiled>,
+    },
+    /// `fragmentedPodSpecDefinition`: the parts resource accounting reads.
+    Fragmented {
+        /// `resourcesPath`.
+        resources: Option<Compiled>,
+        /// `containersPath`.
+        containers: Option<Compiled>,
+        /// `containerPath`.
+        container: Option<Compiled>,
+        /// `resourceClaimsPath`.
+        resource_claims: Option<Compiled>,
+        /// `annotationsPath`.
+        annotations: Option<Compiled>,
+    },
+}
+
+/// Pod type selector.
+#[derive(Debug)]
+pub struct TypeSelector {
+    /// Existence (no value) or equality (with value).
+    pub key_path: Option<Compiled>,
+    /// Expected value.
+    pub value: Option<String>,
+    /// Required pod labels.
+    pub match_labels: BTreeMap<String, String>,
+}
+
+/// The normalized statuses, in upstream evaluation order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusKind {
+    /// Resuming.
+    Resuming,
+    /// Suspending.
+    Suspending,
+    /// Suspended.
+    Suspended,
+    /// Running.
+    Running,
+    /// Failed.
+    Failed,
+    /// Completed.
+    Completed,
+    /// Initializing.
+    Initializing,
+    /// Degraded.
+    Degraded,
+}
+
+/// Compiled status definition.
+#[derive(Debug)]
+pub struct StatusPlan {
+    /// Phase path.
+    pub phase: Option<Compiled>,
+    /// Conditions path and field names.
+    pub conditions: Option<ConditionsPlan>,
+    /// Matchers per status, in upstream order.
+    pub mappings: Vec<(StatusKind, Vec<MatcherPlan>)>,
+}
+
+/// Compiled conditions definition.
+#[derive(Debug)]
+pub struct ConditionsPlan {
+    /// jq to the conditions array.
+    pub path: Compiled,
+    /// Field holding the type.
+    pub type_field: String,
+    /// Field holding the status.
+    pub status_field: String,
+    /// Field holding the message.
+    pub message_field: String,
+    /// Field holding the reason.
+    pub reason_field: String,
+}
+
+/// One compiled status matcher.
+#[derive(Debug)]
+pub struct MatcherPlan {
+    /// Expected phase.
+    pub by_phase: Option<String>,
+    /// Expected conditions.
+    pub by_conditions: Vec<ExpectedCondition>,
+    /// Expression and expected text.
+    pub by_expression: Option<(Compiled, String)>,
+}
+
+/// Compiled gang instructions.
+#[derive(Debug)]
+pub enum GangPlan {
+    /// Alpha format.
+    PodGroups(Vec<PodGroupPlan>),
+    /// v2 format.
+    PodGroup(PodGroupV2Plan),
+}
+
+/// Compiled alpha pod group.
+#[derive(Debug)]
+pub struct PodGroupPlan {
+    /// Group definition name.
+    pub name: String,
+    /// Members.
+    pub members: Vec<MemberPlan>,
+    /// Extension: minimum member count (variables `$keys`, `$pod`).
+    pub min_member: Option<Compiled>,
+}
+
+/// Compiled alpha member.
+#[derive(Debug)]
+pub struct MemberPlan {
+    /// Member component index.
+    pub component: usize,
+    /// Grouping keys (jq on pods).
+    pub keys: Vec<Compiled>,
+    /// Filters (jq on pods).
+    pub filters: Vec<Compiled>,
+}
+
+/// Compiled v2 pod group.
+#[derive(Debug)]
+pub struct PodGroupV2Plan {
+    /// Group name.
+    pub name: String,
+    /// Subgroup component indexes.
+    pub subgroups: Vec<usize>,
+    /// Extension: minimum member count.
+    pub min_member: Option<Compiled>,
+}
+
+/// Global variables of `minMemberPath` expressions.
+pub const MIN_MEMBER_VARS: &[&str] = &["$keys", "$pod"];
+
+struct Ctx<'a> {
+    source: &'a str,
+    errors: Vec<DefinitionError>,
+}
+
+impl Ctx<'_> {
+    fn error(&mut self, path: &str, message: impl Into<String>) {
+        self.errors.push(DefinitionError::new(self.source, path, None, message.into()));
+    }
+
+    fn expr_with(&mut self, path: &str, source: &Option<String>, vars: &[&str]) -> Option<Compiled> {
+        let source = source.as_deref()?;
+        self.compile(path, source, vars)
+    }
+
+    fn expr(&mut self, path: &str, source: &Option<String>) -> Option<Compiled> {
+        self.expr_with(path, source, &[])
+    }
+
+    fn compile(&mut self, path: &str, source: &str, vars: &[&str]) -> Option<Compiled> {
+        if source.trim().is_empty() {
+            self.error(path, "expression is empty");
+            return None;
+        }
+        match Expr::compile_with(source, vars) {
+            Ok(expr) => Some(Compiled { expr, path: path.to_owned() }),
+            Err(e) => {
+                let message = match e {
+                    CompileError::Refused(_) => format!("expression refused by the safety gate: {e}"),
+                    other => format!("invalid jq expression: {other}"),
+                };
+                self.errors.push(DefinitionError::new(self.source, path, Some(source), message));
+                None
+            }
+        }
+    }
+}
+
+/// The slug upstream uses for a root kind: `<group with dots as dashes>-<kind>-<version>`.
+pub fn slug(gvk: &GroupVersionKind) -> String {
+    let group = if gvk.group.is_empty() { "core".to_owned() } else { gvk.group.replace('.', "-") };
+    format!("{group}-{}-{}", gvk.kind.to_lowercase(), gvk.version)
+}
+
+impl Definition {
+    /// Validates and compiles `karta`, read from `source`, with the given origin label.
+    pub fn compile(karta: Karta, source: &str, origin: &str) -> Result<Definition, Vec<DefinitionError>> {
+        let mut cx = Ctx { source, errors: Vec::new() };
+        if karta.api_version != API_VERSION {
+            cx.error("apiVersion", format!("must be `{API_VERSION}`, found `{}`", karta.api_version));
+        }
+        if karta.kind != KIND {
+            cx.error("kind", format!("must be `{KIND}`, found `{}`", karta.kind));
+        }
+        let structure = &karta.spec.structure_definition;
+        let definitions: Vec<(&ComponentDefinition, String)> = std::iter::once((
+            &structure.root_component,
+            "spec.structureDefinition.rootComponent".to_owned(),
+        ))
+        .chain(
+            structure
+                .child_components
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c, format!("spec.structureDefinition.childComponents[{i}]"))),
+        )
+        .collect();
+
+        // Names must be unique before anything else can be checked.
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (i, (c, path)) in definitions.iter().enumerate() {
+            if c.name.is_empty() {
+                cx.error(&format!("{path}.name"), "component name is empty");
+            } else if index.insert(c.name.as_str(), i).is_some() {
+                cx.error(&format!("{path}.name"), format!("component name `{}` is not unique", c.name));
+            }
+        }
+        if !cx.errors.is_empty() {
+            return Err(cx.errors);
+        }
+
+        // Root rules.
+        let root = &structure.root_component;
+        let root_path = &definitions[0].1;
+        let root_kind = root.kind.clone().unwrap_or_default();
+        if root_kind.version.is_empty()
+            || root_kind.kind.is_empty()
+            || (root_kind.group.is_empty() && root_kind.kind != "Pod")
+        {
+            cx.error(&format!("{root_path}.kind"), "root component must have a full kind (group, version, kind)");
+        }
+        if root.owner_ref.is_some() {
+            cx.error(&format!("{root_path}.ownerRef"), "root component cannot have an owner reference");
+        }
+        if root.status_definition.is_none() {
+            cx.error(&format!("{root_path}.statusDefinition"), "root component must have a status definition");
+        }
+
+        // Parents.
+        let mut parents: Vec<Option<usize>> = vec![None; definitions.len()];
+        for (i, (c, path)) in definitions.iter().enumerate().skip(1) {
+            match c.owner_ref.as_deref() {
+                None | Some("") => cx.error(&format!("{path}.ownerRef"), format!("child component `{}` has no owner reference", c.name)),
+                Some(owner) => match index.get(owner) {
+                    Some(&p) => parents[i] = Some(p),
+                    None => cx.error(
+                        &format!("{path}.ownerRef"),
+                        format!("child component `{}` names owner `{owner}`, which is not a component", c.name),
+                    ),
+                },
+            }
+        }
+
+        // Structural rules per component.
+        for (c, path) in &definitions {
+            check_component_shape(&mut cx, c, path);
+        }
+
+        if cx.errors.is_empty() {
+            for (i, (c, path)) in definitions.iter().enumerate() {
+                let mut seen = vec![false; definitions.len()];
+                let mut at = Some(i);
+                while let Some(j) = at {
+                    if seen[j] {
+                        cx.error(&format!("{path}.ownerRef"), format!("ownership cycle involving component `{}`", c.name));
+                        break;
+                    }
+                    seen[j] = true;
+                    at = parents[j];
+                }
+            }
+        }
+        if !cx.errors.is_empty() {
+            // Expressions are still checked so every error is reported at once.
+            for (c, path) in &definitions {
+                let _ = compile_component(&mut cx, c, path, None);
+            }
+            compile_gang(&mut cx, &karta, &index);
+            return Err(cx.errors);
+        }
+
+        // Order components so parents come before children (definition order otherwise).
+        let mut order: Vec<usize> = Vec::with_capacity(definitions.len());
+        fn visit(i: usize, parents: &[Option<usize>], order: &mut Vec<usize>) {
+            if order.contains(&i) {
+                return;
+            }
+            if let Some(p) = parents[i] {
+                visit(p, parents, order);
+            }
+            order.push(i);
+        }
+        for i in 0..definitions.len() {
+            visit(i, &parents, &mut order);
+        }
+        let position: HashMap<usize, usize> = order.iter().enumerate().map(|(pos, &i)| (i, pos)).collect();
+
+        let mut components: Vec<Component> = Vec::with_capacity(order.len());
+        for &i in &order {
+            let (c, path) = &definitions[i];
+            let parent = parents[i].map(|p| position[&p]);
+            if let Some(component) = compile_component(&mut cx, c, path, parent) {
+                components.push(component);
+            }
+        }
+        if cx.errors.is_empty() {
+            for i in 0..components.len() {
+                if let Some(p) = components[i].parent {
+                    components[p].children.push(i);
+                }
+            }
+            check_selectors_have_pods(&mut cx, &components);
+        }
+        let names: HashMap<&str, usize> = components.iter().enumerate().map(|(i, c)| (c.name.as_str(), i)).collect();
+        let gang = compile_gang(&mut cx, &karta, &names);
+        if !cx.errors.is_empty() {
+            return Err(cx.errors);
+        }
+        let name = if karta.metadata.name.is_empty() { slug(&root_kind) } else { karta.metadata.name.clone() };
+        Ok(Definition {
+            name,
+            origin: origin.to_owned(),
+            source: source.to_owned(),
+            root_kind,
+            additional_child_kinds: structure.additional_child_kinds.clone(),
+            karta,
+            components,
+            gang,
+        })
+    }
+
+    /// The root component.
+    pub fn root(&self) -> &Component {
+        &self.components[0]
+    }
+
+    /// Every kind an owner chain of this workload may pass through (component kinds and
+    /// `additionalChildKinds`), root excluded.
+    pub fn child_kinds(&self) -> impl Iterator<Item = &GroupVersionKind> {
+        self.components
+            .iter()
+            .skip(1)
+            .filter_map(|c| c.kind.as_ref())
+            .chain(self.additional_child_kinds.iter())
+    }
+
+    /// Index of the component named `name`.
+    pub fn component_index(&self, name: &str) -> Option<usize> {
+        self.components.iter().position(|c| c.name == name)
+    }
+
+    /// Number of pod-bearing components.
+    pub fn pod_bearing_count(&self) -> usize {
+        self.components.iter().filter(|c| c.pod_bearing()).count()
+    }
+}
+
+fn check_component_shape(cx: &mut Ctx<'_>, c: &ComponentDefinition, path: &str) {
+    if let Some(spec) = &c.spec_definition {
+        let shapes = [
+            spec.pod_template_spec_path.is_some(),
+            spec.pod_spec_path.is_some(),
+            spec.fragmented_pod_spec_definition.is_some(),
+        ];
+        if shapes.iter().filter(|s| **s).count() > 1 {
+            cx.error(&format!("{path}.specDefinition"), format!("component `{}` has multiple pod spec definitions", c.name));
+        }
+    }
+    let instance_selector = c.pod_selector.as_ref().and_then(|s| s.component_instance_selector.as_ref());
+    match (&c.instance_id_path, instance_selector) {
+        (Some(_), None) => cx.error(
+            &format!("{path}.instanceIdPath"),
+            format!("component `{}` has an instance id path but no podSelector.componentInstanceSelector", c.name),
+        ),
+        (None, Some(_)) => cx.error(
+            &format!("{path}.podSelector.componentInstanceSelector"),
+            format!("component `{}` has a component instance selector but no instanceIdPath", c.name),
+        ),
+        _ => {}
+    }
+    if let Some(sel) = c.pod_selector.as_ref().and_then(|s| s.component_type_selector.as_ref()) {
+        let sel_path = format!("{path}.podSelector.componentTypeSelector");
+        if sel.key_path.is_none() && sel.match_labels.is_none() {
+            cx.error(&sel_path, "needs keyPath or matchLabels");
+        }
+        if sel.value.is_some() && sel.key_path.is_none() {
+            cx.error(&format!("{sel_path}.value"), "value requires keyPath");
+        }
+        if let Some(labels) = &sel.match_labels {
+            if labels.is_empty() {
+                cx.error(&format!("{sel_path}.matchLabels"), "must not be empty");
+            }
+            for (k, v) in labels {
+                if let Err(e) = check_label_key(k) {
+                    cx.error(&format!("{sel_path}.matchLabels"), format!("invalid label key `{k}`: {e}"));
+                }
+                if let Err(e) = check_label_value(v) {
+                    cx.error(&format!("{sel_path}.matchLabels.{k}"), format!("invalid label value `{v}`: {e}"));
+                }
+            }
+        }
+    }
+}
+
+fn label_name(s: &str) -> Result<(), &'static str> {
+    if s.is_empty() || s.len() > 63 {
+        return Err("must be 1 to 63 characters");
+    }
+    let ok_edge = |c: char| c.is_ascii_alphanumeric();
+    let ok_mid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if !s.starts_with(ok_edge) || !s.ends_with(ok_edge) || !s.chars().all(ok_mid) {
+        return Err("must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric");
+    }
+    Ok(())
+}
+
+fn check_label_key(key: &str) -> Result<(), &'static str> {
+    match key.split_once('/') {
+        Some((prefix, name)) => {
+            let dns = !prefix.is_empty()
+                && prefix.len() <= 253
+                && prefix.split('.').all(|p| {
+                    !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                        && !p.starts_with('-')
+                        && !p.ends_with('-')
+                });
+            if !dns {
+                return Err("prefix must be a DNS subdomain");
+            }
+            label_name(name)
+        }
+        None => label_name(key),
+    }
+}
+
+fn check_label_value(value: &str) -> Result<(), &'static str> {
+    if value.is_empty() { Ok(()) } else { label_name(value) }
+}
+
+fn compile_component(cx: &mut Ctx<'_>, c: &ComponentDefinition, path: &str, parent: Option<usize>) -> Option<Component> {
+    let before = cx.errors.len();
+    let spec = c.spec_definition.as_ref().and_then(|s| compile_spec(cx, s, &format!("{path}.specDefinition")));
+    let scale = c.scale_definition.clone().unwrap_or_default();
+    let sp = format!("{path}.scaleDefinition");
+    let replicas = cx.expr(&format!("{sp}.replicasPath"), &scale.replicas_path);
+    let min_replicas = cx.expr(&format!("{sp}.minReplicasPath"), &scale.min_replicas_path);
+    let max_replicas = cx.expr(&format!("{sp}.maxReplicasPath"), &scale.max_replicas_path);
+    let status = c.status_definition.as_ref().map(|s| compile_status(cx, s, &format!("{path}.statusDefinition")));
+    if let Some(suspend) = &c.suspend_definition {
+        let sp = format!("{path}.suspendDefinition");
+        for (list, actions) in [("suspendActions", &suspend.suspend_actions), ("resumeActions", &suspend.resume_actions)] {
+            for (i, action) in actions.iter().enumerate() {
+                let ap = format!("{sp}.{list}[{i}]");
+                cx.compile(&format!("{ap}.path"), &action.path, &[]);
+                if let serde_json::Value::String(text) = &action.value {
+                    if serde_json::from_str::<serde_json::Value>(text).is_err() {
+                        cx.error(&format!("{ap}.value"), format!("`{text}` is not JSON-encoded (write strings as \"\\\"x\\\"\")"));
+                    }
+                }
+            }
+        }
+    }
+    let instance_ids = cx.expr(&format!("{path}.instanceIdPath"), &c.instance_id_path);
+    let selector = c.pod_selector.clone().unwrap_or_default();
+    let psp = format!("{path}.podSelector");
+    let type_selector = selector.component_type_selector.map(|t| TypeSelector {
+        key_path: cx.expr(&format!("{psp}.componentTypeSelector.keyPath"), &t.key_path),
+        value: t.value,
+        match_labels: t.match_labels.unwrap_or_default(),
+    });
+    let instance_selector = selector
+        .component_instance_selector
+        .and_then(|s| cx.compile(&format!("{psp}.componentInstanceSelector.idPath"), &s.id_path, &[]));
+    let replica_selector = selector
+        .replica_selector
+        .and_then(|s| cx.compile(&format!("{psp}.replicaSelector.keyPath"), &s.key_path, &[]));
+    if cx.errors.len() > before {
+        return None;
+    }
+    Some(Component {
+        name: c.name.clone(),
+        kind: c.kind.clone(),
+        parent,
+        children: Vec::new(),
+        spec,
+        replicas,
+        min_replicas,
+        max_replicas,
+        status,
+        instance_ids,
+        type_selector,
+        instance_selector,
+        replica_selector,
+        path: path.to_owned(),
+    })
+}
+
+fn compile_spec(cx: &mut Ctx<'_>, s: &SpecDefinition, path: &str) -> Option<PodSpecSource> {
+    if let Some(p) = &s.pod_template_spec_path {
+        return cx.compile(&format!("{path}.podTemplateSpecPath"), p, &[]).map(PodSpecSource::Template);
+    }
+    if let Some(p) = &s.pod_spec_path {
+        let spec = cx.compile(&format!("{path}.podSpecPath"), p, &[]);
+        let metadata = cx.expr(&format!("{path}.metadataPath"), &s.metadata_path);
+        return spec.map(|spec| PodSpecSource::Spec { spec, metadata });
+    }
+    if let Some(f) = &s.fragmented_pod_spec_definition {
+        let fp = format!("{path}.fragmentedPodSpecDefinition");
+        // Paths resource accounting does not read are still validated.
+        for (field, value) in [
+            ("schedulerNamePath", &f.scheduler_name_path),
+            ("labelsPath", &f.labels_path),
+            ("podAffinityPath", &f.pod_affinity_path),
+            ("nodeAffinityPath", &f.node_affinity_path),
+            ("priorityClassNamePath", &f.priority_class_name_path),
+            ("imagePath", &f.image_path),
+        ] {
+            cx.expr(&format!("{fp}.{field}"), value);
+        }
+        return Some(PodSpecSource::Fragmented {
+            resources: cx.expr(&format!("{fp}.resourcesPath"), &f.resources_path),
+            containers: cx.expr(&format!("{fp}.containersPath"), &f.containers_path),
+            container: cx.expr(&format!("{fp}.containerPath"), &f.container_path),
+            resource_claims: cx.expr(&format!("{fp}.resourceClaimsPath"), &f.resource_claims_path),
+            annotations: cx.expr(&format!("{fp}.annotationsPath"), &f.annotations_path),
+        });
+    }
+    // `metadataPath` alone declares no pod spec.
+    if let Some(p) = &s.metadata_path {
+        cx.compile(&format!("{path}.metadataPath"), p, &[]);
+    }
+    None
+}
+
+fn compile_status(cx: &mut Ctx<'_>, s: &StatusDefinition, path: &str) -> StatusPlan {
+    let phase = s
+        .phase_definition
+        .as_ref()
+        .and_then(|p| cx.compile(&format!("{path}.phaseDefinition.path"), &p.path, &[]));
+    let conditions = s.conditions_definition.as_ref().and_then(|c| {
+        let compiled = cx.compile(&format!("{path}.conditionsDefinition.path"), &c.path, &[])?;
+        Some(ConditionsPlan {
+            path: compiled,
+            type_field: c.type_field_name.clone(),
+            status_field: c.status_field_name.clone(),
+            message_field: c.message_field_name.clone(),
+            reason_field: c.reason_field_name.clone(),
+        })
+    });
+    let m = &s.status_mappings;
+    let lists = [
+        (StatusKind::Resuming, "resuming", &m.resuming),
+        (StatusKind::Suspending, "suspending", &m.suspending),
+        (StatusKind::Suspended, "suspended", &m.suspended),
+        (StatusKind::Running, "running", &m.running),
+        (StatusKind::Failed, "failed", &m.failed),
+        (StatusKind::Completed, "completed", &m.completed),
+        (StatusKind::Initializing, "initializing", &m.initializing),
+        (StatusKind::Degraded, "degraded", &m.degraded),
+    ];
+    let mut mappings = Vec::new();
+    for (kind, key, matchers) in lists {
+        let mut plans = Vec::new();
+        for (i, matcher) in matchers.iter().enumerate() {
+            let mp = format!("{path}.statusMappings.{key}[{i}]");
+            for (j, cond) in matcher.by_conditions.iter().enumerate() {
+                if cond.type_.is_empty() {
+                    cx.error(&format!("{mp}.byConditions[{j}].type"), "condition type is required");
+                }
+            }
+            let by_expression = matcher.by_expression.as_ref().and_then(|e| {
+                cx.compile(&format!("{mp}.byExpression.expression"), &e.expression, &[])
+                    .map(|c| (c, e.expected_result.clone()))
+            });
+            plans.push(MatcherPlan {
+                by_phase: matcher.by_phase.clone().filter(|p| !p.is_empty()),
+                by_conditions: matcher.by_conditions.clone(),
+                by_expression,
+            });
+        }
+        if !plans.is_empty() {
+            mappings.push((kind, plans));
+        }
+    }
+    StatusPlan { phase, conditions, mappings }
+}
+
+fn check_selectors_have_pods(cx: &mut Ctx<'_>, components: &[Component]) {
+    fn has_pods(components: &[Component], i: usize) -> bool {
+        components[i].pod_bearing() || components[i].children.iter().any(|&c| has_pods(components, c))
+    }
+    for (i, c) in components.iter().enumerate() {
+        let has_selector = c.type_selector.is_some() || c.instance_selector.is_some() || c.replica_selector.is_some();
+        if has_selector && !has_pods(components, i) {
+            cx.error(
+                &format!("{}.podSelector", c.path),
+                format!("component `{}` has a pod selector but neither it nor its children declare a pod spec", c.name),
+            );
+        }
+    }
+}
+
+fn compile_gang<T: std::borrow::Borrow<str> + std::hash::Hash + Eq>(
+    cx: &mut Ctx<'_>,
+    karta: &Karta,
+    names: &HashMap<T, usize>,
+) -> Option<GangPlan> {
+    let gang = karta.spec.optimization_instructions.gang_scheduling.as_ref()?;
+    let base = "spec.optimizationInstructions.gangScheduling";
+    let lookup = |name: &str| names.get(name).copied();
+    let mut groups = Vec::new();
+    let mut seen = Vec::new();
+    for (i, group) in gang.pod_groups.iter().enumerate() {
+        let gp = format!("{base}.podGroups[{i}]");
+        if group.name.is_empty() {
+            cx.error(&format!("{gp}.name"), "pod group name is required");
+        } else if seen.contains(&group.name) {
+            cx.error(&format!("{gp}.name"), format!("pod group name `{}` is not unique", group.name));
+        }
+        seen.push(group.name.clone());
+        let mut members = Vec::new();
+        for (j, member) in group.members.iter().enumerate() {
+            let mp = format!("{gp}.members[{j}]");
+            let component = lookup(&member.component_name);
+            if component.is_none() {
+                cx.error(
+                    &format!("{mp}.componentName"),
+                    format!("pod-group member `{}` is not a component", member.component_name),
+                );
+            }
+            let keys = member
+                .group_by_key_paths
+                .iter()
+                .enumerate()
+                .filter_map(|(k, p)| cx.compile(&format!("{mp}.groupByKeyPaths[{k}]"), p, &[]))
+                .collect();
+            let filters = member
+                .filters
+                .iter()
+                .enumerate()
+                .filter_map(|(k, p)| cx.compile(&format!("{mp}.filters[{k}]"), p, &[]))
+                .collect();
+            if let Some(component) = component {
+                members.push(MemberPlan { component, keys, filters });
+            }
+        }
+        let min_member = cx.expr_with(&format!("{gp}.minMemberPath"), &group.min_member_path, MIN_MEMBER_VARS);
+        groups.push(PodGroupPlan { name: group.name.clone(), members, min_member });
+    }
+    let v2 = gang.pod_group.as_ref().map(|g| {
+        let gp = format!("{base}.podGroup");
+        if g.name.is_empty() {
+            cx.error(&format!("{gp}.name"), "pod group name is required");
+        }
+        let mut subgroups = Vec::new();
+        for (j, sub) in g.sub_groups.iter().enumerate() {
+            match lookup(&sub.component_name) {
+                Some(c) => subgroups.push(c),
+                None => cx.error(
+                    &format!("{gp}.subGroups[{j}].componentName"),
+                    format!("subgroup component `{}` is not a component", sub.component_name),
+                ),
+            }
+        }
+        let min_member = cx.expr_with(&format!("{gp}.minMemberPath"), &g.min_member_path, MIN_MEMBER_VARS);
+        PodGroupV2Plan { name: g.name.clone(), subgroups, min_member }
+    });
+    match v2 {
+        Some(plan) => Some(GangPlan::PodGroup(plan)),
+        None if !groups.is_empty() => Some(GangPlan::PodGroups(groups)),
+        None => None,
+    }
+}

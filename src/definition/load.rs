@@ -1,0 +1,53 @@
+//! Reading definition files: YAML or JSON, several documents per file, `KartaList` or `List`.
+
+use super::model::Karta;
+use super::DefinitionError;
+use crate::manifest;
+use std::path::{Path, PathBuf};
+
+/// One definition document read from a source, not yet validated.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    /// Where it came from (file path, or a caller-chosen label).
+    pub source: String,
+    /// The definition.
+    pub karta: Karta,
+}
+
+/// Parses definition text (one or more documents). Every document that fails yields its
+/// own errors; good documents are still returned.
+pub fn parse_text(text: &str, source: &str) -> (Vec<Parsed>, Vec<DefinitionError>) {
+    let documents = match manifest::parse_documents(text) {
+        Ok(docs) => docs,
+        Err(e) => return (Vec::new(), vec![DefinitionError::new(source, "", None, e)]),
+    };
+    let mut parsed = Vec::new();
+    let mut errors = Vec::new();
+    for (index, doc) in documents.into_iter().enumerate() {
+        let label = if index == 0 { String::new() } else { format!("(document {})", index + 1) };
+        match serde_path_to_error::deserialize::<_, Karta>(&doc) {
+            Ok(karta) => parsed.push(Parsed { source: source.to_owned(), karta }),
+            Err(e) => {
+                let path = e.path().to_string();
+                let path = if path == "." { label } else { format!("{label}{path}") };
+                errors.push(DefinitionError::new(source, &path, None, e.into_inner().to_string()));
+            }
+        }
+    }
+    (parsed, errors)
+}
+
+/// Parses one file.
+pub fn parse_file(path: &Path) -> (Vec<Parsed>, Vec<DefinitionError>) {
+    let source = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse_text(&text, &source),
+        Err(e) => (Vec::new(), vec![DefinitionError::new(&source, "", None, format!("cannot read: {e}"))]),
+    }
+}
+
+/// Every `*.yaml`, `*.yml` and `*.json` file below `dir` (or `dir` itself if it is a file),
+/// sorted. Hidden entries (like ConfigMap `..data` links) are skipped.
+pub fn definition_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    manifest::files_below(dir)
+}

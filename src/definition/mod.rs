@@ -1,0 +1,54 @@
+//! Workload definitions: the Karta model, loading, validation, compilation and the catalog.
+//!
+//! Definitions come from three sources, merged per root kind with precedence
+//! cluster Karta objects > `--definitions DIR` > the embedded catalog.
+
+pub mod catalog;
+pub mod compile;
+pub mod load;
+pub mod model;
+
+pub use catalog::{Catalog, Lookup};
+pub use compile::Definition;
+pub use model::{GroupVersionKind, Karta};
+
+/// One problem with a definition: where (file, YAML path), which expression, what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefinitionError {
+    /// File (or other source label).
+    pub source: String,
+    /// YAML path of the offending field, e.g. `spec.structureDefinition.childComponents[1].scaleDefinition.replicasPath`.
+    pub path: String,
+    /// The expression, when the error is about one.
+    pub expression: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl DefinitionError {
+    /// Builds an error.
+    pub fn new(source: &str, path: &str, expression: Option<&str>, message: impl Into<String>) -> Self {
+        DefinitionError {
+            source: source.to_owned(),
+            path: path.to_owned(),
+            expression: expression.map(str::to_owned),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for DefinitionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.source)?;
+        if !self.path.is_empty() {
+            write!(f, ": {}", self.path)?;
+        }
+        write!(f, ": {}", self.message)?;
+        if let Some(e) = &self.expression {
+            write!(f, " (expression: `{e}`)")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for DefinitionError {}

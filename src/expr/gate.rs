@@ -1,0 +1,255 @@
+//! The load-time safety gate: an allow-list over jaq's parsed AST.
+//!
+//! jaq has no fuel or time limit, and some constructs cannot be interrupted once started
+//! (`def f: 1 + f; f` overflows the stack and aborts the process). So every expression is
+//! checked before it is compiled: only read-only, non-recursive constructs and an allow-list
+//! of builtins pass. With the gate, evaluation time is bounded by expression size × input size.
+
+use jaq_core::load::lex::StrPart;
+use jaq_core::load::parse::{BinaryOp, Pattern, Term};
+use jaq_core::path::Part;
+
+/// Largest literal bound accepted for `range` and `limit`.
+pub const MAX_RANGE: f64 = 10_000.0;
+
+/// Builtins an expression may call (any arity), besides `range` and `limit`, which are
+/// checked separately.
+const ALLOWED: &[&str] = &[
+    // core
+    "empty", "error", "not", "select", "length", "utf8bytelength", "type", "tostring",
+    "tonumber", "tojson", "fromjson", "ascii", "explode", "implode", "null", "true", "false",
+    "isempty", "getpath",
+    // objects and arrays
+    "keys", "keys_unsorted", "values", "has", "in", "inside", "contains", "map", "map_values",
+    "to_entries", "from_entries", "with_entries", "add", "any", "all", "first", "last", "nth",
+    "reverse", "sort", "sort_by", "group_by", "unique", "unique_by", "min", "max", "min_by",
+    "max_by", "flatten", "index", "rindex", "indices", "transpose", "pick", "toarray",
+    // type filters
+    "nulls", "booleans", "numbers", "strings", "arrays", "objects", "iterables", "scalars",
+    "isboolean", "isnumber", "isstring", "isarray", "isobject", "isvalid",
+    // strings
+    "join", "split", "splits", "test", "match", "capture", "sub", "gsub", "scan",
+    "ascii_downcase", "ascii_upcase", "startswith", "endswith", "ltrimstr", "rtrimstr",
+    "trim", "ltrim", "rtrim",
+    // numbers
+    "floor", "ceil", "round", "sqrt", "abs", "fabs", "pow", "log", "log2", "log10", "exp",
+    "exp2", "exp10", "isnan", "isinfinite", "isfinite", "isnormal", "infinite", "nan",
+    "significand", "trunc",
+];
+
+/// Format strings (`@base64 "..."` or bare `@json`) an expression may use.
+const ALLOWED_FORMATS: &[&str] = &[
+    "@text", "@json", "@html", "@uri", "@sh", "@base64", "@base64d",
+];
+
+/// Builtins that are refused with a specific reason (the rest get a generic message).
+fn refusal(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "recurse" | "repeat" | "while" | "until" | "walk" | "paths" | "leaf_paths"
+        | "combinations" => "may run without bound (recursion or unbounded output)",
+        "env" | "input" | "inputs" | "input_filename" | "halt" | "halt_error" | "debug"
+        | "stderr" | "now" | "builtins" => "reads or affects the process environment",
+        "mktime" | "gmtime" | "localtime" | "strftime" | "strptime" | "strflocaltime"
+        | "todate" | "fromdate" | "date" | "dateadd" | "datesub" | "fromdateiso8601"
+        | "todateiso8601" => "depends on clocks or time zones",
+        "del" | "delpaths" | "setpath" | "to_number" => "modifies values (definitions are read-only)",
+        _ => return None,
+    })
+}
+
+/// A construct the gate refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The construct as written, e.g. `recurse`, `..`, `=`.
+    pub construct: String,
+    /// Why it is refused.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}` is not allowed: {}", self.construct, self.reason)
+    }
+}
+
+/// Checks a parsed expression; returns every refused construct (empty when safe).
+pub fn check(term: &Term<&str>) -> Vec<Refused> {
+    let mut refused = Vec::new();
+    walk(term, &mut refused);
+    refused
+}
+
+fn refuse(out: &mut Vec<Refused>, construct: impl Into<String>, reason: impl Into<String>) {
+    let refused = Refused {
+        construct: construct.into(),
+        reason: reason.into(),
+    };
+    if !out.contains(&refused) {
+        out.push(refused);
+    }
+}
+
+fn walk(term: &Term<&str>, out: &mut Vec<Refused>) {
+    match term {
+        Term::Id | Term::Num(_) | Term::Break(_) => {}
+        Term::Recurse => refuse(out, "..", "recursive descent may run without bound"),
+        Term::Var(name) => {
+            if matches!(*name, "$ENV" | "$__loc__" | "$__prog_args") {
+                refuse(out, *name, "reads the process environment");
+            }
+        }
+        Term::Str(format, parts) => {
+            if let Some(format) = format {
+                if !ALLOWED_FORMATS.contains(format) {
+                    refuse(out, *format, "this format is not supported");
+                }
+            }
+            for part in parts {
+                if let StrPart::Term(t) = part {
+                    walk(t, out);
+                }
+            }
+        }
+        Term::Arr(inner) => {
+            if let Some(t) = inner {
+                walk(t, out);
+            }
+        }
+        Term::Obj(entries) => {
+            for (k, v) in entries {
+                walk(k, out);
+                if let Some(v) = v {
+                    walk(v, out);
+                }
+            }
+        }
+        Term::Neg(t) => walk(t, out),
+        Term::BinOp(l, op, r) => {
+            match op {
+                BinaryOp::Assign => refuse(out, "=", "assignment modifies values (definitions are read-only)"),
+                BinaryOp::Update => refuse(out, "|=", "update modifies values (definitions are read-only)"),
+                BinaryOp::UpdateMath(m) => refuse(
+                    out,
+                    format!("{}=", m.as_str()),
+                    "update modifies values (definitions are read-only)",
+                ),
+                BinaryOp::UpdateAlt => refuse(out, "//=", "update modifies values (definitions are read-only)"),
+                BinaryOp::Pipe(Some(pattern)) => walk_pattern(pattern, out),
+                _ => {}
+            }
+            walk(l, out);
+            walk(r, out);
+        }
+        Term::Label(_, t) => walk(t, out),
+        Term::Fold(_, source, pattern, args) => {
+            walk(source, out);
+            walk_pattern(pattern, out);
+            args.iter().for_each(|t| walk(t, out));
+        }
+        Term::TryCatch(t, catch) => {
+            walk(t, out);
+            if let Some(c) = catch {
+                walk(c, out);
+            }
+        }
+        Term::IfThenElse(branches, otherwise) => {
+            for (cond, then) in branches {
+                walk(cond, out);
+                walk(then, out);
+            }
+            if let Some(e) = otherwise {
+                walk(e, out);
+            }
+        }
+        Term::Def(defs, body) => {
+            for def in defs {
+                refuse(
+                    out,
+                    format!("def {}", def.name),
+                    "user definitions are not allowed (they allow unbounded recursion)",
+                );
+            }
+            walk(body, out);
+        }
+        Term::Call(name, args) => {
+            check_call(name, args, out);
+            args.iter().for_each(|t| walk(t, out));
+        }
+        Term::Path(t, path) => {
+            walk(t, out);
+            for (part, _) in &path.0 {
+                match part {
+                    Part::Index(i) => walk(i, out),
+                    Part::Range(from, to) => {
+                        if let Some(f) = from {
+                            walk(f, out);
+                        }
+                        if let Some(t) = to {
+                            walk(t, out);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn walk_pattern(pattern: &Pattern<&str>, out: &mut Vec<Refused>) {
+    match pattern {
+        Pattern::Var(_) => {}
+        Pattern::Arr(items) => items.iter().for_each(|p| walk_pattern(p, out)),
+        Pattern::Obj(entries) => {
+            for (key, p) in entries {
+                walk(key, out);
+                walk_pattern(p, out);
+            }
+        }
+    }
+}
+
+/// A numeric literal, possibly negated.
+fn literal(term: &Term<&str>) -> Option<f64> {
+    match term {
+        Term::Num(n) => n.parse().ok(),
+        Term::Neg(t) => literal(t).map(|n| -n),
+        _ => None,
+    }
+}
+
+fn check_call(name: &str, args: &[Term<&str>], out: &mut Vec<Refused>) {
+    match name {
+        "range" => {
+            let bounds: Option<Vec<f64>> = args.iter().map(literal).collect();
+            let span = match bounds.as_deref() {
+                Some([to]) => Some(*to),
+                Some([from, to]) | Some([from, to, _]) => Some(to - from),
+                _ => None,
+            };
+            let by_ok = match bounds.as_deref() {
+                Some([_, _, by]) => by.abs() >= 1.0,
+                _ => true,
+            };
+            if !matches!(span, Some(s) if s <= MAX_RANGE) || !by_ok {
+                refuse(
+                    out,
+                    "range",
+                    format!("only literal bounds spanning at most {MAX_RANGE} are allowed"),
+                );
+            }
+        }
+        "limit" => {
+            if !matches!(args.first().and_then(literal), Some(n) if n <= MAX_RANGE) {
+                refuse(
+                    out,
+                    "limit",
+                    format!("only a literal count of at most {MAX_RANGE} is allowed"),
+                );
+            }
+        }
+        _ if ALLOWED.contains(&name) => {}
+        _ => match refusal(name) {
+            Some(reason) => refuse(out, name, reason),
+            None => refuse(out, name, "not in the list of allowed builtins"),
+        },
+    }
+}

@@ -1,0 +1,265 @@
+//! jq expressions on jaq: parse, safety-gate, compile once, evaluate with bounds.
+//!
+//! Semantics follow gojq (what Workload Map definitions are written against) for every
+//! feature definitions use: input objects iterate in sorted key order (see [`value`]),
+//! integral numbers print without a decimal point, a stream stops at its first error, and
+//! non-finite arithmetic results (`1 / 0`) are errors.
+
+pub mod gate;
+pub mod value;
+
+use jaq_core::data::JustLut;
+use jaq_core::load::lex::Token;
+use jaq_core::load::parse::Def;
+use jaq_core::load::{Arena, File, Lexer, Loader, Parser};
+use jaq_core::{Compiler, Ctx, Vars};
+use jaq_json::Val;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+pub use value::{ConvertError, Limits};
+
+/// Largest number of outputs one evaluation may produce (as upstream: 1,000).
+pub const MAX_OUTPUTS: usize = 1000;
+
+type Filter = jaq_core::Filter<JustLut<Val>>;
+
+/// A compiled, safety-checked jq expression. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Expr {
+    source: Arc<str>,
+    filter: Arc<Filter>,
+    vars: Arc<[String]>,
+}
+
+impl std::fmt::Debug for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Expr({:?})", self.source)
+    }
+}
+
+/// Why an expression could not be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// Not valid jq syntax.
+    #[error("syntax error: {0}")]
+    Syntax(String),
+    /// Valid jq, but uses constructs the safety gate refuses.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Refused(Vec<gate::Refused>),
+    /// Calls an undefined function or variable.
+    #[error("{0}")]
+    Undefined(String),
+}
+
+/// Why an evaluation failed. Never fatal: the resolver turns it into a diagnostic.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EvalError {
+    /// A jq runtime error (e.g. `null * 1`, `error("x")`).
+    #[error("{0}")]
+    Runtime(String),
+    /// More than [`MAX_OUTPUTS`] outputs.
+    #[error("more than {MAX_OUTPUTS} outputs")]
+    TooManyOutputs,
+    /// The evaluation deadline passed.
+    #[error("evaluation deadline exceeded")]
+    Deadline,
+}
+
+/// The prelude every expression is compiled against: jaq's standard definitions plus
+/// overrides that keep a definition from stopping the process.
+fn prelude() -> &'static [Def<&'static str>] {
+    static PRELUDE: OnceLock<Vec<Def<&'static str>>> = OnceLock::new();
+    PRELUDE.get_or_init(|| {
+        const OVERRIDES: &str = r#"
+            def halt: error("halt is not allowed");
+            def halt_error($code): error("halt_error is not allowed");
+            def halt_error: halt_error(5);
+        "#;
+        let overrides = jaq_core::load::parse(OVERRIDES, |p| p.defs()).unwrap_or_default();
+        jaq_core::defs()
+            .chain(jaq_std::defs())
+            .chain(jaq_json::defs())
+            .chain(overrides)
+            .collect()
+    })
+}
+
+fn natives() -> impl Iterator<Item = jaq_core::native::Fun<JustLut<Val>>> {
+    jaq_core::funs()
+        .chain(jaq_std::funs().filter(|(name, _, _)| *name != "env"))
+        .chain(jaq_json::funs())
+}
+
+impl Expr {
+    /// Parses, gates and compiles `source`. `vars` names the global variables (with `$`)
+    /// the expression may read; their values are passed to [`Expr::eval_with`] in order.
+    pub fn compile_with(source: &str, vars: &[&str]) -> Result<Expr, CompileError> {
+        let tokens = Lexer::new(source).lex().map_err(|errors| {
+            let (expected, found) = &errors[0];
+            CompileError::Syntax(format!("expected {} at `{}`", expected.as_str(), snippet(found)))
+        })?;
+        let term = Parser::new(&tokens).parse(|p| p.term()).map_err(|errors| {
+            let (expected, found) = &errors[0];
+            let found = Token::opt_as_str(*found, source);
+            let found = if found.is_empty() { "end of input".to_owned() } else { format!("`{}`", snippet(found)) };
+            CompileError::Syntax(format!("expected {}, found {found}", expected.as_str()))
+        })?;
+        let refused = gate::check(&term);
+        if !refused.is_empty() {
+            return Err(CompileError::Refused(refused));
+        }
+        let arena = Arena::default();
+        let loader = Loader::new(prelude().iter().cloned());
+        let modules = loader
+            .load(&arena, File { code: source, path: () })
+            .map_err(|_| CompileError::Syntax("could not be parsed".to_owned()))?;
+        let filter = Compiler::default()
+            .with_funs(natives())
+            .with_global_vars(vars.iter().copied())
+            .compile(modules)
+            .map_err(|errors| {
+                let names: Vec<String> = errors
+                    .iter()
+                    .flat_map(|(_, errs)| errs.iter())
+                    .map(|(name, kind)| format!("undefined {} `{name}`", kind.as_str()))
+                    .collect();
+                CompileError::Undefined(names.join("; "))
+            })?;
+        Ok(Expr {
+            source: source.into(),
+            filter: Arc::new(filter),
+            vars: vars.iter().map(|v| (*v).to_owned()).collect(),
+        })
+    }
+
+    /// Parses, gates and compiles an expression without variables.
+    pub fn compile(source: &str) -> Result<Expr, CompileError> {
+        Self::compile_with(source, &[])
+    }
+
+    /// The source text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Evaluates on `input`: all outputs, or the first error.
+    pub fn eval(&self, input: &Val) -> Result<Vec<Val>, EvalError> {
+        self.eval_with(input, &[], None)
+    }
+
+    /// Evaluates with global variable values (in the order given at compile time) and an
+    /// optional deadline, checked between outputs.
+    pub fn eval_with(
+        &self,
+        input: &Val,
+        vars: &[Val],
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Val>, EvalError> {
+        let mut values: Vec<Val> = vars.to_vec();
+        values.resize(self.vars.len(), Val::Null);
+        let ctx = Ctx::<JustLut<Val>>::new(&self.filter.lut, Vars::new(values));
+        let mut outputs = Vec::new();
+        for item in self.filter.id.run((ctx, input.clone())) {
+            let val = item.map_err(|exn| match exn.get_err() {
+                Ok(err) => EvalError::Runtime(truncate(err.to_string())),
+                Err(_) => EvalError::Runtime("evaluation stopped".to_owned()),
+            })?;
+            if let Val::Num(n) = &val {
+                if value::number_f64(n).is_some_and(|f| !f.is_finite()) {
+                    return Err(EvalError::Runtime(
+                        "arithmetic produced a non-finite number (division by zero?)".to_owned(),
+                    ));
+                }
+            }
+            if outputs.len() == MAX_OUTPUTS {
+                return Err(EvalError::TooManyOutputs);
+            }
+            outputs.push(val);
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return Err(EvalError::Deadline);
+            }
+        }
+        Ok(outputs)
+    }
+
+    /// The first output, `None` when there is none.
+    pub fn first(&self, input: &Val) -> Result<Option<Val>, EvalError> {
+        Ok(self.eval(input)?.into_iter().next())
+    }
+}
+
+fn snippet(s: &str) -> String {
+    s.chars().take(24).collect()
+}
+
+fn truncate(mut s: String) -> String {
+    const MAX: usize = 300;
+    if s.len() > MAX {
+        let cut = (0..=MAX).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(src: &str, input: serde_json::Value) -> Result<Vec<serde_json::Value>, EvalError> {
+        let expr = Expr::compile(src).expect("compiles");
+        let input = value::from_json(&input, Limits::default()).expect("converts");
+        Ok(expr.eval(&input)?.iter().map(value::to_json).collect())
+    }
+
+    #[test]
+    fn evaluates_paths_and_alternatives() {
+        let obj = json!({"spec": {"replicas": 3}, "metadata": {"labels": {"a/b": "x"}}});
+        assert_eq!(run(".spec.replicas // 1", obj.clone()).unwrap(), [json!(3)]);
+        assert_eq!(run(".spec.missing // 1", obj.clone()).unwrap(), [json!(1)]);
+        assert_eq!(run(r#".metadata.labels["a/b"]"#, obj).unwrap(), [json!("x")]);
+    }
+
+    #[test]
+    fn stops_at_first_error_and_rejects_division_by_zero() {
+        assert!(matches!(run(r#"1, error("x"), 2"#, json!(null)), Err(EvalError::Runtime(_))));
+        assert!(run("1 / 0", json!(null)).is_err());
+        assert!(run(r#""abc" | tonumber"#, json!(null)).is_err());
+    }
+
+    #[test]
+    fn caps_outputs() {
+        assert_eq!(run("range(1000)", json!(null)).unwrap().len(), 1000);
+        assert_eq!(run("range(1001)", json!(null)), Err(EvalError::TooManyOutputs));
+    }
+
+    #[test]
+    fn gate_refuses_runaway_and_impure_constructs() {
+        for src in [
+            "def f: 1 + f; f", "repeat(.)", "range(1e9)", "..", "recurse", "env", "$ENV",
+            "input", "halt", ".a = 1", "del(.a)", ".a |= 1", ".a += 1", "now", "limit(.n; .[])",
+        ] {
+            match Expr::compile(src) {
+                Err(CompileError::Refused(r)) => assert!(!r.is_empty(), "{src}"),
+                other => panic!("{src}: expected refusal, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn reports_syntax_and_undefined() {
+        assert!(matches!(Expr::compile(".a |"), Err(CompileError::Syntax(_))));
+        assert!(matches!(Expr::compile("$nope"), Err(CompileError::Undefined(_))));
+    }
+
+    #[test]
+    fn global_variables() {
+        let expr = Expr::compile_with("$keys[0] + .x", &["$keys"]).unwrap();
+        let input = value::from_json(&json!({"x": "b"}), Limits::default()).unwrap();
+        let keys = value::from_json(&json!(["a"]), Limits::default()).unwrap();
+        let out = expr.eval_with(&input, &[keys], None).unwrap();
+        assert_eq!(value::to_json(&out[0]), json!("ab"));
+    }
+}

@@ -1,0 +1,258 @@
+//! jq values: conversion from and to `serde_json`, gojq-style stringification, and small
+//! read accessors used by the resolver.
+//!
+//! Conversion happens once per object change. It sorts object keys (gojq iterates objects in
+//! sorted key order), turns integral floats into integers (gojq prints `2.0` as `2`) and
+//! enforces a size and depth budget so a hostile object cannot exhaust memory or stack.
+
+use jaq_json::{Map, Num, Rc, Val};
+use serde_json::Value as Json;
+
+/// Budget for converting one object to a jq value.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Approximate size budget: string bytes plus 8 per node.
+    pub max_bytes: usize,
+    /// Maximum nesting depth.
+    pub max_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // Kubernetes stores at most ~1.5 MiB per object; anything far beyond is not a real
+        // object. Depth 128 matches serde_json's own recursion limit.
+        Limits {
+            max_bytes: 4 * 1024 * 1024,
+            max_depth: 128,
+        }
+    }
+}
+
+/// Why an object could not be converted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConvertError {
+    /// The object exceeds the size budget.
+    #[error("object is larger than the {limit}-byte budget")]
+    TooLarge {
+        /// The budget in bytes.
+        limit: usize,
+    },
+    /// The object nests deeper than the depth budget.
+    #[error("object nests deeper than {limit} levels")]
+    TooDeep {
+        /// The depth budget.
+        limit: usize,
+    },
+}
+
+/// Converts a JSON value to a jq value within `limits`.
+pub fn from_json(json: &Json, limits: Limits) -> Result<Val, ConvertError> {
+    let mut budget = limits.max_bytes;
+    convert(json, 0, limits, &mut budget)
+}
+
+fn spend(budget: &mut usize, amount: usize, limits: Limits) -> Result<(), ConvertError> {
+    *budget = budget.checked_sub(amount).ok_or(ConvertError::TooLarge {
+        limit: limits.max_bytes,
+    })?;
+    Ok(())
+}
+
+fn convert(json: &Json, depth: usize, limits: Limits, budget: &mut usize) -> Result<Val, ConvertError> {
+    if depth > limits.max_depth {
+        return Err(ConvertError::TooDeep {
+            limit: limits.max_depth,
+        });
+    }
+    spend(budget, 8, limits)?;
+    Ok(match json {
+        Json::Null => Val::Null,
+        Json::Bool(b) => Val::Bool(*b),
+        Json::Number(n) => Val::Num(number(n)),
+        Json::String(s) => {
+            spend(budget, s.len(), limits)?;
+            string(s)
+        }
+        Json::Array(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for item in items {
+                out.push(convert(item, depth + 1, limits, budget)?);
+            }
+            Val::Arr(Rc::new(out))
+        }
+        Json::Object(map) => {
+            let mut entries: Vec<(&String, &Json)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let mut out = Map::default();
+            out.reserve(entries.len());
+            for (key, value) in entries {
+                spend(budget, key.len(), limits)?;
+                out.insert(string(key), convert(value, depth + 1, limits, budget)?);
+            }
+            Val::obj(out)
+        }
+    })
+}
+
+/// A jq string value.
+pub fn string(s: &str) -> Val {
+    Val::utf8_str(s.to_owned().into_bytes())
+}
+
+fn number(n: &serde_json::Number) -> Num {
+    if let Some(i) = n.as_i64().and_then(|i| isize::try_from(i).ok()) {
+        return Num::Int(i);
+    }
+    match n.as_f64() {
+        Some(f) => float(f),
+        None => Num::Float(f64::NAN),
+    }
+}
+
+/// Integral floats within ±2^53 become integers, as in gojq's output.
+fn float(f: f64) -> Num {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    if f.fract() == 0.0 && f.abs() <= EXACT {
+        Num::Int(f as isize)
+    } else {
+        Num::Float(f)
+    }
+}
+
+/// Converts a jq value back to JSON. Non-finite numbers become `null`; byte strings are
+/// decoded lossily; non-string object keys are stringified.
+pub fn to_json(val: &Val) -> Json {
+    match val {
+        Val::Null => Json::Null,
+        Val::Bool(b) => Json::Bool(*b),
+        Val::Num(n) => match number_f64(n) {
+            Some(f) if f.fract() == 0.0 && f.abs() < 9.2e18 => Json::from(f as i64),
+            Some(f) => serde_json::Number::from_f64(f).map_or(Json::Null, Json::Number),
+            None => Json::Null,
+        },
+        Val::TStr(b) | Val::BStr(b) => Json::String(String::from_utf8_lossy(b).into_owned()),
+        Val::Arr(items) => Json::Array(items.iter().map(to_json).collect()),
+        Val::Obj(map) => Json::Object(
+            map.iter()
+                .map(|(k, v)| (key_string(k), to_json(v)))
+                .collect(),
+        ),
+    }
+}
+
+fn key_string(key: &Val) -> String {
+    match key {
+        Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(b).into_owned(),
+        other => to_text(other),
+    }
+}
+
+/// The number as f64, if it is one.
+pub fn number_f64(n: &Num) -> Option<f64> {
+    match n {
+        Num::Int(i) => Some(*i as f64),
+        Num::Float(f) => Some(*f),
+        Num::BigInt(b) => b.to_string().parse().ok(),
+        Num::Dec(d) => d.parse().ok(),
+    }
+}
+
+/// gojq's `tostring`: strings unquoted, integral numbers without a decimal point, everything
+/// else as compact JSON (objects with sorted keys, as the input was converted sorted).
+pub fn to_text(val: &Val) -> String {
+    match val {
+        Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(b).into_owned(),
+        Val::Num(n) => match number_f64(n) {
+            Some(f) if f.fract() == 0.0 && f.abs() < 1e17 => format!("{}", f as i64),
+            Some(f) => format!("{f}"),
+            None => "null".to_owned(),
+        },
+        other => to_json(other).to_string(),
+    }
+}
+
+/// Looks up `key` in an object value.
+pub fn get<'v>(val: &'v Val, key: &str) -> Option<&'v Val> {
+    match val {
+        Val::Obj(map) => map.get(&string(key)),
+        _ => None,
+    }
+}
+
+/// Walks a path of object keys.
+pub fn get_path<'v>(val: &'v Val, path: &[&str]) -> Option<&'v Val> {
+    path.iter().try_fold(val, |v, key| get(v, key))
+}
+
+/// The string content of a string value.
+pub fn as_str(val: &Val) -> Option<&str> {
+    match val {
+        Val::TStr(b) | Val::BStr(b) => std::str::from_utf8(b).ok(),
+        _ => None,
+    }
+}
+
+/// The elements of an array value (empty for anything else).
+pub fn as_array(val: &Val) -> &[Val] {
+    match val {
+        Val::Arr(items) => items,
+        _ => &[],
+    }
+}
+
+/// The entries of an object value (empty for anything else).
+pub fn entries(val: &Val) -> impl Iterator<Item = (&Val, &Val)> {
+    let map = match val {
+        Val::Obj(map) => Some(map),
+        _ => None,
+    };
+    map.into_iter().flat_map(|m| m.iter())
+}
+
+/// A number value as f64.
+pub fn as_f64(val: &Val) -> Option<f64> {
+    match val {
+        Val::Num(n) => number_f64(n),
+        _ => None,
+    }
+}
+
+/// True for jq's truthy values (anything but `null` and `false`).
+pub fn truthy(val: &Val) -> bool {
+    !matches!(val, Val::Null | Val::Bool(false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sorts_keys_and_normalizes_integral_floats() {
+        let val = from_json(&json!({"b": 2.0, "a": [1.5, 3]}), Limits::default()).unwrap();
+        assert_eq!(to_json(&val).to_string(), r#"{"a":[1.5,3],"b":2}"#);
+        let keys: Vec<String> = entries(&val).map(|(k, _)| to_text(k)).collect();
+        assert_eq!(keys, ["a", "b"]);
+    }
+
+    #[test]
+    fn enforces_budgets() {
+        let big = json!({"x": "y".repeat(100)});
+        let tight = Limits { max_bytes: 50, max_depth: 8 };
+        assert!(matches!(from_json(&big, tight), Err(ConvertError::TooLarge { .. })));
+        let mut deep = json!(1);
+        for _ in 0..20 {
+            deep = json!([deep]);
+        }
+        let shallow = Limits { max_bytes: 10_000, max_depth: 8 };
+        assert!(matches!(from_json(&deep, shallow), Err(ConvertError::TooDeep { .. })));
+    }
+
+    #[test]
+    fn text_follows_gojq() {
+        assert_eq!(to_text(&string("abc")), "abc");
+        assert_eq!(to_text(&Val::Num(Num::Float(4.0))), "4");
+        assert_eq!(to_text(&Val::Num(Num::Float(1.5))), "1.5");
+        assert_eq!(to_text(&Val::Bool(true)), "true");
+    }
+}

@@ -1,0 +1,103 @@
+//! Reading Kubernetes manifests: YAML (several `---` documents) or JSON, with `List` kinds
+//! flattened. Used for definition files and for cluster snapshots.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Parses text into its documents. JSON is tried first when the text starts with `{` or `[`;
+/// empty documents are skipped; any `kind` ending in `List` with an `items` array is
+/// flattened into its items.
+pub fn parse_documents(text: &str) -> Result<Vec<Value>, String> {
+    let trimmed = text.trim_start();
+    let docs: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        match serde_json::from_str::<Value>(trimmed) {
+            Ok(Value::Array(items)) => items,
+            Ok(v) => vec![v],
+            Err(_) => parse_yaml(text)?,
+        }
+    } else {
+        parse_yaml(text)?
+    };
+    let mut out = Vec::with_capacity(docs.len());
+    for doc in docs {
+        flatten(doc, &mut out);
+    }
+    Ok(out)
+}
+
+fn parse_yaml(text: &str) -> Result<Vec<Value>, String> {
+    serde_saphyr::from_multiple::<Value>(text).map_err(|e| format!("not valid YAML or JSON: {e}"))
+}
+
+fn flatten(doc: Value, out: &mut Vec<Value>) {
+    match doc {
+        Value::Null => {}
+        Value::Object(mut map)
+            if map.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List"))
+                && map.get("items").is_some_and(Value::is_array) =>
+        {
+            if let Some(Value::Array(items)) = map.remove("items") {
+                for item in items {
+                    flatten(item, out);
+                }
+            }
+        }
+        other => out.push(other),
+    }
+}
+
+/// Every `*.yaml`, `*.yml` and `*.json` file below `path` (or `path` itself if it is a
+/// file), sorted; entries whose name starts with `.` are skipped.
+pub fn files_below(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    if path.is_file() {
+        files.push(path.to_path_buf());
+        return Ok(files);
+    }
+    collect(path, &mut files, 0)?;
+    files.sort();
+    Ok(files)
+}
+
+fn collect(dir: &Path, files: &mut Vec<PathBuf>, depth: usize) -> std::io::Result<()> {
+    if depth > 16 {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        if path.is_dir() {
+            collect(&path, files, depth + 1)?;
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_multi_document_yaml_and_lists() {
+        let text = "a: 1\n---\n---\nkind: List\nitems:\n- b: 2\n- c: 3\n";
+        let docs = parse_documents(text).unwrap();
+        assert_eq!(docs.len(), 3);
+        assert_eq!(docs[2]["c"], 3);
+    }
+
+    #[test]
+    fn reads_json_and_rejects_garbage() {
+        assert_eq!(parse_documents(r#"{"a": 1}"#).unwrap().len(), 1);
+        assert!(parse_documents("a: [unclosed").is_err());
+        assert!(parse_documents("a: 1\na: 2\n").is_err(), "duplicate keys are rejected");
+    }
+}

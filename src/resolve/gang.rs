@@ -1,0 +1,265 @@
+//! Gang groups: the all-or-nothing groups a scheduler must place.
+//!
+//! v2 `podGroup`: one group for the workload with one subgroup per listed component (nested
+//! per instance/replica when the component has several); minimums come from the tree's
+//! slots, so every instance counts even before its pods exist.
+//!
+//! Alpha `podGroups`: each attributed, non-terminal pod finds its effective member (its own
+//! component first, then the nearest ancestor; filters must pass), and pods with equal key
+//! values form one gang. A gang's minimum is the extension `minMemberPath` when given, else
+//! the whole minimum of every member component that has no instances or replicas, plus the
+//! minimum of each instance/replica slot of the other members that the gang's pods occupy.
+//! This is KAI's instance-scoped rule without upstream's multiplication, which over-counts.
+
+use super::diagnostics::{code, WARNING};
+use super::Resolver;
+use crate::definition::compile::{Compiled, GangPlan, PodGroupPlan, PodGroupV2Plan};
+use crate::expr::value::{self, as_f64, to_text};
+use crate::proto::v1 as pb;
+use jaq_json::{Rc, Val};
+use std::collections::{BTreeMap, BTreeSet};
+
+impl Resolver<'_> {
+    /// Computes the gang groups and records each pod's group.
+    pub(super) fn gangs(&mut self) -> pb::Gang {
+        let groups = match &self.def.gang {
+            None => Vec::new(),
+            Some(GangPlan::PodGroup(plan)) => vec![self.gang_v2(plan)],
+            Some(GangPlan::PodGroups(plans)) => self.gang_alpha(plans),
+        };
+        pb::Gang { groups }
+    }
+
+    fn member_pod(&self, i: usize) -> bool {
+        self.claimed[i].is_some() && !self.pods[i].terminal()
+    }
+
+    fn slot_label(&self, slot: usize) -> String {
+        let s = &self.slots[slot];
+        let mut label = self.def.components[s.component].name.clone();
+        if !s.instance.is_empty() {
+            label.push('/');
+            label.push_str(&s.instance);
+        }
+        if !s.replica.is_empty() {
+            label.push_str(&format!("[{}]", s.replica));
+        }
+        label
+    }
+
+    fn pods_in_slot(&self, slot: usize) -> Vec<String> {
+        let mut names: Vec<String> = (0..self.pods.len())
+            .filter(|&i| self.member_pod(i) && self.pod_slots[i].contains(&slot))
+            .map(|i| self.pods[i].meta.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn component_slots(&self, component: usize) -> Vec<usize> {
+        (0..self.slots.len()).filter(|&s| self.slots[s].component == component).collect()
+    }
+
+    /// Evaluates a `minMemberPath`; `None` (with a diagnostic) when it yields no whole number.
+    fn min_member_override(&mut self, expr: &Compiled, keys: &[String], pod: Option<usize>) -> Option<u32> {
+        let keys = Val::Arr(Rc::new(keys.iter().map(|k| value::string(k)).collect()));
+        let pod = pod.map_or(Val::Null, |i| self.pods[i].value.clone());
+        let root = self.root;
+        let out = self.eval_on(expr, root, &[keys, pod], "")?;
+        match out.first().and_then(as_f64) {
+            Some(n) if n >= 0.0 && n.fract() == 0.0 && n <= f64::from(u32::MAX) => Some(n as u32),
+            _ => {
+                let got = out.first().map_or("nothing".to_owned(), to_text);
+                self.diags.push(WARNING, code::BAD_VALUE, format!("{} yielded {got}, not a count", expr.path), "", expr.source());
+                None
+            }
+        }
+    }
+
+    fn gang_v2(&mut self, plan: &PodGroupV2Plan) -> pb::GangGroup {
+        let mut subgroups = Vec::new();
+        let mut member_slots: BTreeSet<usize> = BTreeSet::new();
+        for &c in &plan.subgroups {
+            let slots = self.component_slots(c);
+            member_slots.extend(slots.iter().copied());
+            let name = self.def.components[c].name.clone();
+            let leaves: Vec<pb::GangGroup> = slots
+                .iter()
+                .map(|&s| pb::GangGroup {
+                    name: self.slot_label(s),
+                    min_member: self.slots[s].min,
+                    component: name.clone(),
+                    instance: self.slots[s].instance.clone(),
+                    replica: self.slots[s].replica.clone(),
+                    pods: self.pods_in_slot(s),
+                    ..Default::default()
+                })
+                .collect();
+            let group = match <[pb::GangGroup; 1]>::try_from(leaves) {
+                Ok([mut only]) => {
+                    only.name = name;
+                    only
+                }
+                Err(leaves) => pb::GangGroup {
+                    name: name.clone(),
+                    min_member: leaves.iter().map(|l| l.min_member).sum(),
+                    min_subgroups: leaves.len() as u32,
+                    component: name,
+                    pods: leaves.iter().flat_map(|l| l.pods.iter().cloned()).collect(),
+                    subgroups: leaves,
+                    ..Default::default()
+                },
+            };
+            subgroups.push(group);
+        }
+        let members: Vec<usize> = (0..self.pods.len())
+            .filter(|&i| self.member_pod(i))
+            .filter(|&i| plan.subgroups.is_empty() || self.pod_slots[i].iter().any(|s| member_slots.contains(s)))
+            .collect();
+        let computed = if subgroups.is_empty() {
+            self.component_slots(0).iter().map(|&s| self.slots[s].min).sum()
+        } else {
+            subgroups.iter().map(|g| g.min_member).sum()
+        };
+        let min_member = match &plan.min_member {
+            Some(expr) => self.min_member_override(expr, &[], members.first().copied()).unwrap_or(computed),
+            None => computed,
+        };
+        let mut pods: Vec<String> = members.iter().map(|&i| self.pods[i].meta.name.clone()).collect();
+        pods.sort();
+        for &i in &members {
+            self.pod_gang[i] = plan.name.clone();
+        }
+        pb::GangGroup {
+            name: plan.name.clone(),
+            min_member,
+            min_subgroups: subgroups.len() as u32,
+            subgroups,
+            pods,
+            ..Default::default()
+        }
+    }
+
+    fn gang_alpha(&mut self, plans: &[PodGroupPlan]) -> Vec<pb::GangGroup> {
+        let def = self.def;
+        // (group index, keys) -> (pods, occupied scoped slots)
+        let mut gangs: BTreeMap<(usize, Vec<String>), (Vec<usize>, BTreeSet<usize>)> = BTreeMap::new();
+        for i in 0..self.pods.len() {
+            if !self.member_pod(i) {
+                continue;
+            }
+            let component_name = self.claimed[i].as_ref().map(|p| p.component.clone()).unwrap_or_default();
+            let Some(component) = def.component_index(&component_name) else { continue };
+            // Candidates: the pod's own component, then its ancestors, nearest first.
+            let mut lineage = vec![component];
+            while let Some(parent) = def.components[*lineage.last().unwrap_or(&0)].parent {
+                if lineage.contains(&parent) {
+                    break;
+                }
+                lineage.push(parent);
+            }
+            let mut chosen = None;
+            'search: for &c in &lineage {
+                for (g, plan) in plans.iter().enumerate() {
+                    for (m, member) in plan.members.iter().enumerate() {
+                        if member.component == c && self.filters_pass(&member.filters, i, &def.components[c].name) {
+                            chosen = Some((g, m));
+                            break 'search;
+                        }
+                    }
+                }
+            }
+            let Some((g, m)) = chosen else {
+                self.diags.push(
+                    WARNING,
+                    code::GANG_NO_MEMBER,
+                    format!("pod {} matches no gang member", self.pods[i].meta.name),
+                    &component_name,
+                    "",
+                );
+                continue;
+            };
+            let member = &plans[g].members[m];
+            let mut keys = Vec::with_capacity(member.keys.len());
+            let mut missing = None;
+            for key in &member.keys {
+                match self.pod_key(key, i, &def.components[member.component].name) {
+                    Some(k) => keys.push(k),
+                    None => {
+                        missing = Some(key);
+                        break;
+                    }
+                }
+            }
+            if let Some(key) = missing {
+                self.diags.push(
+                    WARNING,
+                    code::GANG_KEY_MISSING,
+                    format!("pod {} has no value for gang key {}", self.pods[i].meta.name, key.path),
+                    &def.components[member.component].name,
+                    key.source(),
+                );
+                continue;
+            }
+            let scoped = {
+                let mc = &def.components[member.component];
+                mc.instance_ids.is_some() || mc.replica_selector.is_some()
+            };
+            let entry = gangs.entry((g, keys)).or_default();
+            entry.0.push(i);
+            if scoped {
+                if let Some(&slot) = self.pod_slots[i].iter().find(|&&s| self.slots[s].component == member.component) {
+                    entry.1.insert(slot);
+                }
+            }
+        }
+
+        let mut out = Vec::new();
+        for ((g, keys), (members, scoped_slots)) in gangs {
+            let plan = &plans[g];
+            let mut computed: u32 = 0;
+            let mut seen_components = BTreeSet::new();
+            for member in &plan.members {
+                let mc = &def.components[member.component];
+                let scoped = mc.instance_ids.is_some() || mc.replica_selector.is_some();
+                if !scoped && seen_components.insert(member.component) {
+                    computed += self.component_slots(member.component).iter().map(|&s| self.slots[s].min).sum::<u32>();
+                }
+            }
+            computed += scoped_slots.iter().map(|&s| self.slots[s].min).sum::<u32>();
+            let min_member = match &plan.min_member {
+                Some(expr) => self.min_member_override(expr, &keys, members.first().copied()).unwrap_or(computed),
+                None => computed,
+            };
+            let mut name = plan.name.clone();
+            for k in &keys {
+                name.push('-');
+                name.push_str(k);
+            }
+            let (component, instance, replica) = match (scoped_slots.len(), plan.members.len()) {
+                (1, 1) => {
+                    let s = &self.slots[*scoped_slots.iter().next().unwrap_or(&0)];
+                    (def.components[s.component].name.clone(), s.instance.clone(), s.replica.clone())
+                }
+                (_, 1) => (def.components[plan.members[0].component].name.clone(), String::new(), String::new()),
+                _ => Default::default(),
+            };
+            let mut pods: Vec<String> = members.iter().map(|&i| self.pods[i].meta.name.clone()).collect();
+            pods.sort();
+            for &i in &members {
+                self.pod_gang[i] = name.clone();
+            }
+            out.push(pb::GangGroup { name, min_member, component, instance, replica, pods, ..Default::default() });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// All filters must yield exactly one output, `true`.
+    fn filters_pass(&mut self, filters: &[Compiled], i: usize, component: &str) -> bool {
+        let pod = self.pods[i];
+        filters.iter().all(|f| {
+            matches!(self.eval_on(f, &pod.value, &[], component).as_deref(), Some([Val::Bool(true)]))
+        })
+    }
+}

@@ -1,0 +1,77 @@
+//! Ownership: controller owner chains, which pods belong to a workload, and which objects
+//! are root workloads.
+
+use crate::definition::Catalog;
+use crate::object::{ObjectMeta, OwnerRef};
+
+/// Longest controller chain followed (pod → Job → JobSet is 2 hops).
+pub const MAX_HOPS: usize = 8;
+
+/// Read access to cached object metadata by uid.
+pub trait OwnerGraph {
+    /// Metadata of the cached object with this uid.
+    fn meta(&self, uid: &str) -> Option<&ObjectMeta>;
+}
+
+impl OwnerGraph for std::collections::HashMap<String, ObjectMeta> {
+    fn meta(&self, uid: &str) -> Option<&ObjectMeta> {
+        self.get(uid)
+    }
+}
+
+/// The controller owner references above `start`, nearest first: at most [`MAX_HOPS`],
+/// ending where an owner is not cached, has no controller, or a cycle begins.
+pub fn controller_chain<'g>(start: &'g ObjectMeta, graph: &'g dyn OwnerGraph) -> Vec<&'g OwnerRef> {
+    let mut chain: Vec<&OwnerRef> = Vec::new();
+    let mut current = start;
+    while chain.len() < MAX_HOPS {
+        let Some(owner) = current.controller() else { break };
+        if owner.uid == start.uid || chain.iter().any(|o| o.uid == owner.uid) {
+            break;
+        }
+        chain.push(owner);
+        match graph.meta(&owner.uid) {
+            Some(next) => current = next,
+            None => break,
+        }
+    }
+    chain
+}
+
+/// True when the controller chain of `object` reaches `root_uid`.
+pub fn belongs_to(object: &ObjectMeta, root_uid: &str, graph: &dyn OwnerGraph) -> bool {
+    !root_uid.is_empty() && controller_chain(object, graph).iter().any(|o| o.uid == root_uid)
+}
+
+/// Where an object's workload is rooted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Root {
+    /// The object itself is a root workload.
+    Itself,
+    /// The root is this owner (the topmost owner in the chain whose kind has a definition).
+    Owner(OwnerRef),
+    /// No kind in the chain (nor the object's own) has a definition; this is the top owner.
+    Uncovered(Option<OwnerRef>),
+}
+
+/// Finds the root workload of an object: the topmost object in its controller chain whose
+/// kind has a definition (recognised from the owner reference alone), else the object itself
+/// if its kind has one.
+pub fn root_of(object: &ObjectMeta, graph: &dyn OwnerGraph, catalog: &Catalog) -> Root {
+    let chain = controller_chain(object, graph);
+    let covered = chain.iter().rev().find(|o| {
+        let gvk = o.gvk();
+        catalog.covers(&gvk.group, &gvk.kind)
+    });
+    match covered {
+        Some(owner) => Root::Owner((*owner).clone()),
+        None => {
+            let gvk = object.gvk();
+            if catalog.covers(&gvk.group, &gvk.kind) {
+                Root::Itself
+            } else {
+                Root::Uncovered(chain.last().map(|o| (*o).clone()))
+            }
+        }
+    }
+}

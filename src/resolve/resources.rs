@@ -1,0 +1,287 @@
+//! Resource accounting: Kubernetes quantities, the effective request of one pod as the
+//! scheduler computes it, and whole-GPU equivalents.
+
+use crate::expr::value::{self, as_array, as_str, entries, get, get_path};
+use crate::proto::v1 as pb;
+use jaq_json::Val;
+use std::collections::BTreeMap;
+
+/// Resources by name, in milli-units (so `500m` CPU is 500 and `1Gi` is 1073741824000).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Amounts {
+    /// Resource name to milli-units.
+    pub raw: BTreeMap<String, i128>,
+    /// Extra whole-GPU equivalents not expressed as a resource (a `gpu-fraction` annotation).
+    pub gpu_fraction: f64,
+}
+
+impl Amounts {
+    /// Adds `other` to `self`.
+    pub fn add(&mut self, other: &Amounts) {
+        for (name, v) in &other.raw {
+            *self.raw.entry(name.clone()).or_default() += v;
+        }
+        self.gpu_fraction += other.gpu_fraction;
+    }
+
+    /// `self` multiplied by `n`.
+    pub fn times(&self, n: u32) -> Amounts {
+        Amounts {
+            raw: self.raw.iter().map(|(k, v)| (k.clone(), v * i128::from(n))).collect(),
+            gpu_fraction: self.gpu_fraction * f64::from(n),
+        }
+    }
+
+    /// Whole-GPU equivalents.
+    pub fn gpus(&self) -> f64 {
+        self.raw.iter().map(|(name, v)| gpu_weight(name) * (*v as f64 / 1000.0)).sum::<f64>() + self.gpu_fraction
+    }
+
+    /// The proto form.
+    pub fn to_proto(&self) -> pb::Resources {
+        let milli = |name: &str| self.raw.get(name).copied().unwrap_or(0);
+        pb::Resources {
+            gpus: round6(self.gpus()),
+            cpu_millis: clamp_i64(milli("cpu")),
+            memory_bytes: clamp_i64(milli("memory") / 1000),
+            raw: self
+                .raw
+                .iter()
+                .filter(|(_, v)| **v != 0)
+                .map(|(k, v)| (k.clone(), format_quantity(k, *v)))
+                .collect(),
+        }
+    }
+}
+
+fn clamp_i64(v: i128) -> i64 {
+    v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+/// How many whole GPUs one unit of a resource is worth (0 for non-GPU resources).
+///
+/// Whole devices: `nvidia.com/gpu`, `amd.com/gpu`, `gpu.intel.com/i915`, `gpu.intel.com/xe`.
+/// NVIDIA MIG slices `nvidia.com/mig-<N>g.<mem>` count N/7.
+pub fn gpu_weight(name: &str) -> f64 {
+    match name {
+        "nvidia.com/gpu" | "amd.com/gpu" | "gpu.intel.com/i915" | "gpu.intel.com/xe" => 1.0,
+        _ => name
+            .strip_prefix("nvidia.com/mig-")
+            .and_then(|rest| rest.split_once('g'))
+            .and_then(|(n, _)| n.parse::<u32>().ok())
+            .map_or(0.0, |n| f64::from(n) / 7.0),
+    }
+}
+
+/// Parses a Kubernetes quantity (`500m`, `2`, `1.5`, `16Gi`, `1e3`, `100k`) into milli-units,
+/// rounding up as Kubernetes does.
+pub fn parse_quantity(text: &str) -> Option<i128> {
+    let s = text.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let split = s
+        .char_indices()
+        .find(|(_, c)| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
+        .map_or(s.len(), |(i, _)| i);
+    let (number, suffix) = s.split_at(split);
+    let (mantissa, multiplier): (&str, f64) = match suffix {
+        "" => (number, 1.0),
+        "n" => (number, 1e-9),
+        "u" => (number, 1e-6),
+        "m" => (number, 1e-3),
+        "k" => (number, 1e3),
+        "M" => (number, 1e6),
+        "G" => (number, 1e9),
+        "T" => (number, 1e12),
+        "P" => (number, 1e15),
+        "E" => (number, 1e18),
+        "Ki" => (number, 1024.0),
+        "Mi" => (number, 1024f64.powi(2)),
+        "Gi" => (number, 1024f64.powi(3)),
+        "Ti" => (number, 1024f64.powi(4)),
+        "Pi" => (number, 1024f64.powi(5)),
+        "Ei" => (number, 1024f64.powi(6)),
+        exp if exp.starts_with(['e', 'E']) => {
+            let e: i32 = exp[1..].parse().ok()?;
+            (number, 10f64.powi(e))
+        }
+        _ => return None,
+    };
+    let value: f64 = mantissa.parse().ok()?;
+    let milli = (value * multiplier * 1000.0).ceil();
+    (milli.is_finite() && milli.abs() < 1e36).then_some(milli as i128)
+}
+
+/// Renders milli-units as a quantity: binary suffixes for memory-like names when exact,
+/// plain integers when whole, `m` otherwise.
+pub fn format_quantity(name: &str, milli: i128) -> String {
+    if milli % 1000 != 0 {
+        return format!("{milli}m");
+    }
+    let units = milli / 1000;
+    let memory_like = name == "memory" || name.contains("storage") || name.starts_with("hugepages-");
+    if memory_like && units != 0 {
+        for (suffix, size) in [("Ei", 1i128 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
+            if units % size == 0 {
+                return format!("{}{suffix}", units / size);
+            }
+        }
+    }
+    units.to_string()
+}
+
+/// A resource list (`requests` or `limits`) as milli-units; bad quantities are reported.
+fn resource_list(list: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<String, i128> {
+    let mut out = BTreeMap::new();
+    for (name, quantity) in list.map(entries).into_iter().flatten() {
+        let name = value::to_text(name);
+        let parsed = match quantity {
+            Val::Num(_) => value::as_f64(quantity).map(|f| (f * 1000.0).ceil() as i128),
+            _ => as_str(quantity).and_then(parse_quantity),
+        };
+        match parsed {
+            Some(v) => {
+                out.insert(name, v);
+            }
+            None => bad.push(format!("{name}={}", value::to_text(quantity))),
+        }
+    }
+    out
+}
+
+/// What one container (or a bare `resources` block) requests: `requests`, each resource
+/// falling back to `limits` (the API server defaults requests from limits).
+fn requirements(resources: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<String, i128> {
+    let Some(resources) = resources else { return BTreeMap::new() };
+    let mut requests = resource_list(get(resources, "requests"), bad);
+    for (name, v) in resource_list(get(resources, "limits"), bad) {
+        requests.entry(name).or_insert(v);
+    }
+    requests
+}
+
+fn add_into(sum: &mut BTreeMap<String, i128>, other: &BTreeMap<String, i128>) {
+    for (k, v) in other {
+        *sum.entry(k.clone()).or_default() += v;
+    }
+}
+
+fn max_into(max: &mut BTreeMap<String, i128>, other: &BTreeMap<String, i128>) {
+    for (k, v) in other {
+        let slot = max.entry(k.clone()).or_default();
+        *slot = (*slot).max(*v);
+    }
+}
+
+/// The effective request of a pod with this PodSpec, as the scheduler computes it: regular
+/// containers summed; restartable (sidecar) init containers added to the running sum;
+/// other init containers as a per-resource maximum (together with the sidecars started
+/// before them); pod-level `resources` replace CPU and memory; `overhead` added.
+/// Unparseable quantities are skipped and returned in `bad`.
+pub fn pod_spec_request(spec: &Val, bad: &mut Vec<String>) -> BTreeMap<String, i128> {
+    let mut sum = BTreeMap::new();
+    for c in as_array(get(spec, "containers").unwrap_or(&Val::Null)) {
+        add_into(&mut sum, &requirements(get(c, "resources"), bad));
+    }
+    let mut sidecars = BTreeMap::new();
+    let mut init_max = BTreeMap::new();
+    for c in as_array(get(spec, "initContainers").unwrap_or(&Val::Null)) {
+        let req = requirements(get(c, "resources"), bad);
+        let restartable = get(c, "restartPolicy").and_then(as_str) == Some("Always");
+        let mut during = req.clone();
+        if restartable {
+            add_into(&mut sum, &req);
+            add_into(&mut sidecars, &req);
+            during = sidecars.clone();
+        } else {
+            add_into(&mut during, &sidecars);
+        }
+        max_into(&mut init_max, &during);
+    }
+    max_into(&mut sum, &init_max);
+    let pod_level = requirements(get(spec, "resources"), bad);
+    for name in ["cpu", "memory"] {
+        if let Some(v) = pod_level.get(name) {
+            sum.insert(name.to_owned(), *v);
+        }
+    }
+    add_into(&mut sum, &resource_list(get(spec, "overhead"), bad));
+    sum
+}
+
+/// The effective request from fragmented parts: containers (a list and/or one container)
+/// summed; when that is empty, the bare `resources` block.
+pub fn fragmented_request(
+    resources: Option<&Val>,
+    containers: &[Val],
+    container: Option<&Val>,
+    bad: &mut Vec<String>,
+) -> BTreeMap<String, i128> {
+    let mut sum = BTreeMap::new();
+    for c in containers.iter().chain(container) {
+        add_into(&mut sum, &requirements(get(c, "resources"), bad));
+    }
+    if sum.values().all(|v| *v == 0) {
+        sum = requirements(resources, bad);
+    }
+    sum
+}
+
+/// The fraction of a GPU a KAI `gpu-fraction` annotation asks for (0 when absent or invalid).
+pub fn gpu_fraction(annotations: Option<&Val>) -> f64 {
+    annotations
+        .and_then(|a| get(a, "gpu-fraction"))
+        .and_then(|v| match v {
+            Val::Num(_) => value::as_f64(v),
+            _ => as_str(v).and_then(|s| s.trim().parse().ok()),
+        })
+        .filter(|f: &f64| f.is_finite() && *f > 0.0 && *f <= 1.0)
+        .unwrap_or(0.0)
+}
+
+/// Amounts of a pod-shaped object (a Pod or a PodTemplateSpec: `metadata` + `spec`).
+pub fn pod_amounts(pod: &Val, bad: &mut Vec<String>) -> Amounts {
+    Amounts {
+        raw: pod_spec_request(get(pod, "spec").unwrap_or(&Val::Null), bad),
+        gpu_fraction: gpu_fraction(get_path(pod, &["metadata", "annotations"])),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_quantities() {
+        assert_eq!(parse_quantity("500m"), Some(500));
+        assert_eq!(parse_quantity("2"), Some(2000));
+        assert_eq!(parse_quantity("1.5"), Some(1500));
+        assert_eq!(parse_quantity("16Gi"), Some(16 * (1 << 30) * 1000));
+        assert_eq!(parse_quantity("1e3"), Some(1_000_000));
+        assert_eq!(parse_quantity("100k"), Some(100_000_000));
+        assert_eq!(parse_quantity("lots"), None);
+        assert_eq!(parse_quantity(""), None);
+        assert_eq!(parse_quantity("1Zi"), None);
+    }
+
+    #[test]
+    fn formats_quantities() {
+        assert_eq!(format_quantity("memory", 16 * (1 << 30) * 1000), "16Gi");
+        assert_eq!(format_quantity("cpu", 4000), "4");
+        assert_eq!(format_quantity("cpu", 250), "250m");
+        assert_eq!(format_quantity("nvidia.com/gpu", 8000), "8");
+    }
+
+    #[test]
+    fn gpu_weights() {
+        assert_eq!(gpu_weight("nvidia.com/gpu"), 1.0);
+        assert_eq!(gpu_weight("amd.com/gpu"), 1.0);
+        assert!((gpu_weight("nvidia.com/mig-3g.20gb") - 3.0 / 7.0).abs() < 1e-9);
+        assert_eq!(gpu_weight("cpu"), 0.0);
+    }
+}
