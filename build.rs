@@ -12,7 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(["kartograf/v1/kartograf.proto"], ["proto"])?;
     let descriptor = fds.encode_to_vec();
     std::fs::write(out_dir.join("kartograf_descriptor.bin"), &descriptor)?;
-    tonic_prost_build::configure().btree_map(["."]).compile_fds(fds)?;
+    tonic_prost_build::configure().btree_map(".").compile_fds(fds)?;
     pbjson_build::Builder::new()
         .register_descriptors(&descriptor)?
         .build(&[".kartograf.v1"])?;
