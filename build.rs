@@ -15,6 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure().btree_map(".").compile_fds(fds)?;
     pbjson_build::Builder::new()
         .register_descriptors(&descriptor)?
+        .btree_map(["."])
         .build(&[".kartograf.v1"])?;
     embed_catalog(&out_dir)?;
     Ok(())
