@@ -24,7 +24,7 @@ from pathlib import Path
 import jq
 
 DEFAULT = Path(__file__).resolve().parent.parent / "tests/engine/data/jq_compat.json"
-KEY_ORDER = ["name", "filter", "input", "outputs", "error", "gojq", "note"]
+KEY_ORDER = ["name", "filter", "input", "outputs", "error", "gojq", "refused", "divergence", "note"]
 
 
 def normalise(v):

@@ -246,7 +246,7 @@ fn check_call(name: &str, args: &[Term<&str>], out: &mut Vec<Refused>) {
                 );
             }
         }
-        _ if ALLOWED.contains(&name) => {}
+        _ if ALLOWED.contains(&name) || ALLOWED_FORMATS.contains(&name) => {}
         _ => match refusal(name) {
             Some(reason) => refuse(out, name, reason),
             None => refuse(out, name, "not in the list of allowed builtins"),

@@ -13,7 +13,7 @@ use jaq_core::load::lex::Token;
 use jaq_core::load::parse::Def;
 use jaq_core::load::{Arena, File, Lexer, Loader, Parser};
 use jaq_core::{Compiler, Ctx, Vars};
-use jaq_json::Val;
+pub use jaq_json::Val;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -71,7 +71,16 @@ pub enum EvalError {
 fn prelude() -> &'static [Def<&'static str>] {
     static PRELUDE: OnceLock<Vec<Def<&'static str>>> = OnceLock::new();
     PRELUDE.get_or_init(|| {
+        // gojq-compatible `join` (null as "", scalars as JSON) and `from_entries` (k, name,
+        // Name, K, Key; v, Value), and a `halt` that cannot stop the process.
         const OVERRIDES: &str = r#"
+            def join($x): reduce .[] as $i (null;
+                (if . == null then "" else . + $x end)
+                + ($i | if . == null then "" elif type == "string" then . else tojson end)) // "";
+            def from_entries: reduce .[] as $x ({};
+                . + { ($x | if .key == null then .k // .name // .Name // .K // .Key else .key end
+                         | if type == "string" then . elif type == "null" then "null" else tojson end):
+                      ($x | if has("value") then .value elif has("v") then .v else .Value end) });
             def halt: error("halt is not allowed");
             def halt_error($code): error("halt_error is not allowed");
             def halt_error: halt_error(5);
@@ -150,37 +159,45 @@ impl Expr {
 
     /// Evaluates with global variable values (in the order given at compile time) and an
     /// optional deadline, checked between outputs.
-    pub fn eval_with(
-        &self,
-        input: &Val,
-        vars: &[Val],
-        deadline: Option<Instant>,
-    ) -> Result<Vec<Val>, EvalError> {
+    pub fn eval_with(&self, input: &Val, vars: &[Val], deadline: Option<Instant>) -> Result<Vec<Val>, EvalError> {
+        match self.eval_outputs(input, vars, deadline) {
+            (outputs, None) => Ok(outputs),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// Evaluates and returns the outputs produced before the first error, and that error.
+    pub fn eval_outputs(&self, input: &Val, vars: &[Val], deadline: Option<Instant>) -> (Vec<Val>, Option<EvalError>) {
         let mut values: Vec<Val> = vars.to_vec();
         values.resize(self.vars.len(), Val::Null);
         let ctx = Ctx::<JustLut<Val>>::new(&self.filter.lut, Vars::new(values));
         let mut outputs = Vec::new();
         for item in self.filter.id.run((ctx, input.clone())) {
-            let val = item.map_err(|exn| match exn.get_err() {
-                Ok(err) => EvalError::Runtime(truncate(err.to_string())),
-                Err(_) => EvalError::Runtime("evaluation stopped".to_owned()),
-            })?;
+            let val = match item {
+                Ok(val) => val,
+                Err(exn) => {
+                    let e = match exn.get_err() {
+                        Ok(err) => EvalError::Runtime(truncate(err.to_string())),
+                        Err(_) => EvalError::Runtime("evaluation stopped".to_owned()),
+                    };
+                    return (outputs, Some(e));
+                }
+            };
             if let Val::Num(n) = &val {
                 if value::number_f64(n).is_some_and(|f| !f.is_finite()) {
-                    return Err(EvalError::Runtime(
-                        "arithmetic produced a non-finite number (division by zero?)".to_owned(),
-                    ));
+                    let e = EvalError::Runtime("arithmetic produced a non-finite number (division by zero?)".to_owned());
+                    return (outputs, Some(e));
                 }
             }
             if outputs.len() == MAX_OUTPUTS {
-                return Err(EvalError::TooManyOutputs);
+                return (outputs, Some(EvalError::TooManyOutputs));
             }
             outputs.push(val);
             if deadline.is_some_and(|d| Instant::now() > d) {
-                return Err(EvalError::Deadline);
+                return (outputs, Some(EvalError::Deadline));
             }
         }
-        Ok(outputs)
+        (outputs, None)
     }
 
     /// The first output, `None` when there is none.

@@ -1,0 +1,11 @@
+//! Engine tests: expressions, definitions, resolution and the offline CLI, in one test
+//! binary (one link) as the build guide asks.
+
+mod cli;
+mod common;
+mod definitions;
+mod gangs;
+mod jq_compat;
+mod malformed;
+mod resolution;
+mod safety;
