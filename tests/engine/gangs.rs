@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 
 fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/engine/data").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/engine/data/definitions").join(name)
 }
 
 fn catalog_with(file: &str) -> Catalog {
