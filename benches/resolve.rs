@@ -3,13 +3,17 @@
 //!
 //! Run: `cargo bench --bench resolve`. Numbers and method: BENCHMARKS.md.
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use kartograf::definition::Catalog;
 use kartograf::expr::Limits;
 use kartograf::object::{Object, Pod};
 use kartograf::resolve::{self, Input};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::hint::black_box;
+
+// The same allocator as the `kartograf` binary.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const WORKERS: usize = 31;
 
@@ -30,10 +34,12 @@ fn template() -> Value {
 }
 
 fn jobset() -> Value {
-    let rj = |name: &str, replicas: usize| json!({
-        "name": name, "replicas": replicas,
-        "template": {"spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template()}}
-    });
+    let rj = |name: &str, replicas: usize| {
+        json!({
+            "name": name, "replicas": replicas,
+            "template": {"spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template()}}
+        })
+    };
     json!({
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
         "metadata": {"name": "llama", "namespace": "ml", "uid": "js", "generation": 1,
@@ -73,7 +79,9 @@ fn bench(c: &mut Criterion) {
         .map(|p| Pod::from_json(&p, Limits::default()).expect("pod"))
         .collect();
     let pod_refs: Vec<&Pod> = pods.iter().collect();
-    let lookup = catalog.lookup("jobset.x-k8s.io/v1alpha2", "JobSet").expect("definition");
+    let lookup = catalog
+        .lookup("jobset.x-k8s.io/v1alpha2", "JobSet")
+        .expect("definition");
     let input = Input {
         definition: &lookup.definition,
         generation: 1,
@@ -81,6 +89,12 @@ fn bench(c: &mut Criterion) {
         pods: &pod_refs,
         fallback_from: None,
         deadline: None,
+        prepared: None,
+    };
+    let prepared = resolve::prepare(&lookup.definition, &root, None);
+    let cached = Input {
+        prepared: Some(&prepared),
+        ..input
     };
     let check = resolve::resolve(&input).workload;
     assert_eq!(check.pods.expect("pods").desired, 32);
@@ -88,9 +102,18 @@ fn bench(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("jobset_32_pods");
     group.bench_function("baseline_serde_json_parse_root", |b| {
-        b.iter(|| black_box(serde_json::from_slice::<Value>(black_box(&root_bytes)).expect("parse")))
+        b.iter(|| {
+            black_box(serde_json::from_slice::<Value>(black_box(&root_bytes)).expect("parse"))
+        })
     });
-    group.bench_function("resolve_cached", |b| b.iter(|| black_box(resolve::resolve(black_box(&input)))));
+    // Root changed: status and instances are evaluated from the root object, then pods.
+    group.bench_function("resolve_root_changed", |b| {
+        b.iter(|| black_box(resolve::resolve(black_box(&input))))
+    });
+    // Pod changed: the root's evaluation is cached (as the index does per root version).
+    group.bench_function("resolve_pods_changed", |b| {
+        b.iter(|| black_box(resolve::resolve(black_box(&cached))))
+    });
     group.finish();
 }
 

@@ -29,6 +29,7 @@ pub mod proto {
         tonic::include_proto!("kartograf.v1");
         include!(concat!(env!("OUT_DIR"), "/kartograf.v1.serde.rs"));
         /// The encoded descriptor set, for server reflection.
-        pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("kartograf_descriptor");
+        pub const FILE_DESCRIPTOR_SET: &[u8] =
+            tonic::include_file_descriptor_set!("kartograf_descriptor");
     }
 }

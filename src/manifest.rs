@@ -33,7 +33,10 @@ fn flatten(doc: Value, out: &mut Vec<Value>) {
     match doc {
         Value::Null => {}
         Value::Object(mut map)
-            if map.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List"))
+            if map
+                .get("kind")
+                .and_then(Value::as_str)
+                .is_some_and(|k| k.ends_with("List"))
                 && map.get("items").is_some_and(Value::is_array) =>
         {
             if let Some(Value::Array(items)) = map.remove("items") {
@@ -98,6 +101,9 @@ mod tests {
     fn reads_json_and_rejects_garbage() {
         assert_eq!(parse_documents(r#"{"a": 1}"#).unwrap().len(), 1);
         assert!(parse_documents("a: [unclosed").is_err());
-        assert!(parse_documents("a: 1\na: 2\n").is_err(), "duplicate keys are rejected");
+        assert!(
+            parse_documents("a: 1\na: 2\n").is_err(),
+            "duplicate keys are rejected"
+        );
     }
 }

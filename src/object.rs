@@ -2,8 +2,8 @@
 //! definitions read (built once per change), and for pods the facts accounting needs.
 
 use crate::definition::GroupVersionKind;
-use crate::expr::value::{self, as_array, as_str, get, get_path};
 use crate::expr::Limits;
+use crate::expr::value::{self, as_array, as_str, get, get_path};
 use crate::resolve::resources::{self, Amounts};
 use jaq_json::Val;
 use serde_json::Value as Json;
@@ -136,7 +136,11 @@ impl Object {
             Ok(v) => (v, None),
             Err(e) => (Val::Null, Some(e.to_string())),
         };
-        Ok(Object { meta, value, problem })
+        Ok(Object {
+            meta,
+            value,
+            problem,
+        })
     }
 }
 
@@ -163,6 +167,8 @@ pub struct Pod {
     pub bad_quantities: Vec<String>,
     /// Number of DRA resource claims.
     pub resource_claims: usize,
+    /// The pod as the graph lists it, built once.
+    pub info: crate::proto::v1::PodInfo,
 }
 
 impl Pod {
@@ -175,12 +181,27 @@ impl Pod {
     /// Derives the pod facts from a converted object.
     pub fn from_object(object: Object) -> Pod {
         let v = &object.value;
-        let text = |path: &[&str]| get_path(v, path).and_then(as_str).unwrap_or_default().to_owned();
-        let conditions = get_path(v, &["status", "conditions"]).map(as_array).unwrap_or_default();
-        let condition = |t: &str| conditions.iter().find(|c| get(c, "type").and_then(as_str) == Some(t));
+        let text = |path: &[&str]| {
+            get_path(v, path)
+                .and_then(as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let conditions = get_path(v, &["status", "conditions"])
+            .map(as_array)
+            .unwrap_or_default();
+        let condition = |t: &str| {
+            conditions
+                .iter()
+                .find(|c| get(c, "type").and_then(as_str) == Some(t))
+        };
         let cond_status = |t: &str| condition(t).and_then(|c| get(c, "status")).and_then(as_str);
         let cond_reason = |t: &str| {
-            condition(t).and_then(|c| get(c, "reason")).and_then(as_str).unwrap_or_default().to_owned()
+            condition(t)
+                .and_then(|c| get(c, "reason"))
+                .and_then(as_str)
+                .unwrap_or_default()
+                .to_owned()
         };
         let ready = cond_status("Ready") == Some("True");
         let reason = if cond_status("PodScheduled") == Some("False") {
@@ -194,13 +215,27 @@ impl Pod {
         };
         let mut bad = Vec::new();
         let request = resources::pod_amounts(v, &mut bad);
-        let resource_claims = get_path(v, &["spec", "resourceClaims"]).map(|c| as_array(c).len()).unwrap_or(0);
+        let resource_claims = get_path(v, &["spec", "resourceClaims"])
+            .map(|c| as_array(c).len())
+            .unwrap_or(0);
+        let node = text(&["spec", "nodeName"]);
+        let phase = text(&["status", "phase"]);
+        let info = crate::proto::v1::PodInfo {
+            name: object.meta.name.clone(),
+            uid: object.meta.uid.clone(),
+            node: node.clone(),
+            phase: phase.clone(),
+            ready,
+            resources: Some(request.to_proto()),
+            reason: reason.clone(),
+        };
         Pod {
-            node: text(&["spec", "nodeName"]),
-            phase: text(&["status", "phase"]),
+            node,
+            phase,
             ready,
             reason,
             request,
+            info,
             bad_quantities: bad,
             resource_claims,
             meta: object.meta,

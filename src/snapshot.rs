@@ -47,18 +47,22 @@ impl Snapshot {
     pub fn load(paths: &[PathBuf], limits: Limits) -> Result<Snapshot, String> {
         let mut snapshot = Snapshot::default();
         for path in paths {
-            let files = manifest::files_below(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let files =
+                manifest::files_below(path).map_err(|e| format!("{}: {e}", path.display()))?;
             if files.is_empty() {
                 return Err(format!("{}: no .yaml, .yml or .json files", path.display()));
             }
             for file in files {
-                let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-                let docs = manifest::parse_documents(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| format!("{}: {e}", file.display()))?;
+                let docs = manifest::parse_documents(&text)
+                    .map_err(|e| format!("{}: {e}", file.display()))?;
                 for doc in docs {
                     snapshot.add(&doc, limits, &file.display().to_string());
                 }
             }
         }
+        snapshot.note_cycles();
         Ok(snapshot)
     }
 
@@ -78,8 +82,30 @@ impl Snapshot {
             })
         };
         if let Err(e) = result {
-            self.warnings.push(format!("{source}: skipped a document: {e}"));
+            self.warnings
+                .push(format!("{source}: skipped a document: {e}"));
         }
+    }
+
+    /// Adds a warning for every object whose controller chain runs into an owner cycle.
+    pub fn note_cycles(&mut self) {
+        let mut found = Vec::new();
+        for meta in self
+            .objects
+            .iter()
+            .map(|o| &o.meta)
+            .chain(self.pods.iter().map(|p| &p.meta))
+        {
+            if let Some(names) = ownership::cycle_above(meta, self) {
+                found.push(format!(
+                    "owner cycle above {}/{}: {}; it belongs to no workload",
+                    meta.kind,
+                    meta.key(),
+                    names.join(" -> ")
+                ));
+            }
+        }
+        self.warnings.extend(found);
     }
 
     /// All pods.
@@ -101,21 +127,40 @@ impl Snapshot {
     /// Finds the workload named `kind/name` (kind case-insensitive, singular or plural;
     /// `namespace` narrows), or the only root workload when `target` is `None`. A named
     /// object that is not a root (a Job of a JobSet) is found too, when no root matches.
-    pub fn select(&self, catalog: &Catalog, target: Option<&str>, namespace: Option<&str>) -> Result<ObjectMeta, SnapshotError> {
+    pub fn select(
+        &self,
+        catalog: &Catalog,
+        target: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Result<ObjectMeta, SnapshotError> {
         let in_ns = |m: &&ObjectMeta| namespace.is_none_or(|ns| m.namespace == ns);
         let roots: Vec<&ObjectMeta> = self.roots(catalog).into_iter().filter(in_ns).collect();
-        let describe = |ms: &[&ObjectMeta]| ms.iter().map(|m| format!("{}/{}", m.kind, m.key())).collect::<Vec<_>>().join(", ");
+        let describe = |ms: &[&ObjectMeta]| {
+            ms.iter()
+                .map(|m| format!("{}/{}", m.kind, m.key()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         let Some(t) = target else {
             return match roots.as_slice() {
                 [one] => Ok((*one).clone()),
-                [] => Err(SnapshotError::NotFound("the files hold no root workload of a kind with a definition".into())),
-                many => Err(SnapshotError::Ambiguous(format!("several root workloads; name one as KIND/NAME: {}", describe(many)))),
+                [] => Err(SnapshotError::NotFound(
+                    "the files hold no root workload of a kind with a definition".into(),
+                )),
+                many => Err(SnapshotError::Ambiguous(format!(
+                    "several root workloads; name one as KIND/NAME: {}",
+                    describe(many)
+                ))),
             };
         };
-        let (kind, name) = t
-            .split_once('/')
-            .ok_or_else(|| SnapshotError::NotFound(format!("`{t}` is not of the form KIND/NAME")))?;
-        let kind = kind.split('.').next().unwrap_or_default().to_ascii_lowercase();
+        let (kind, name) = t.split_once('/').ok_or_else(|| {
+            SnapshotError::NotFound(format!("`{t}` is not of the form KIND/NAME"))
+        })?;
+        let kind = kind
+            .split('.')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
         let named = |m: &&ObjectMeta| {
             let k = m.kind.to_ascii_lowercase();
             (k == kind || format!("{k}s") == kind) && m.name == name
@@ -134,16 +179,31 @@ impl Snapshot {
         }
         match matches.as_slice() {
             [one] => Ok((*one).clone()),
-            [] => Err(SnapshotError::NotFound(format!("no workload {t}; the files hold: {}", describe(&roots)))),
-            many => Err(SnapshotError::Ambiguous(format!("several workloads match; narrow with -n: {}", describe(many)))),
+            [] => Err(SnapshotError::NotFound(format!(
+                "no workload {t}; the files hold: {}",
+                describe(&roots)
+            ))),
+            many => Err(SnapshotError::Ambiguous(format!(
+                "several workloads match; narrow with -n: {}",
+                describe(many)
+            ))),
         }
     }
 
     /// Resolves the root workload `root` with the pods whose controller chain reaches it.
-    pub fn resolve(&self, catalog: &Catalog, root: &ObjectMeta, deadline: Option<Instant>) -> Result<Resolution, SnapshotError> {
+    pub fn resolve(
+        &self,
+        catalog: &Catalog,
+        root: &ObjectMeta,
+        deadline: Option<Instant>,
+    ) -> Result<Resolution, SnapshotError> {
         let lookup = catalog
             .lookup(&root.api_version, &root.kind)
-            .ok_or_else(|| SnapshotError::NoDefinition(GroupVersionKind::from_api_version(&root.api_version, &root.kind).to_string()))?;
+            .ok_or_else(|| {
+                SnapshotError::NoDefinition(
+                    GroupVersionKind::from_api_version(&root.api_version, &root.kind).to_string(),
+                )
+            })?;
         let identity = root.identity();
         let object = self
             .objects
@@ -151,17 +211,28 @@ impl Snapshot {
             .find(|o| o.meta.identity() == identity)
             .cloned()
             .or_else(|| {
-                self.pods.iter().find(|p| p.meta.identity() == identity).map(|p| Object {
-                    meta: p.meta.clone(),
-                    value: p.value.clone(),
-                    problem: p.problem.clone(),
-                })
+                self.pods
+                    .iter()
+                    .find(|p| p.meta.identity() == identity)
+                    .map(|p| Object {
+                        meta: p.meta.clone(),
+                        value: p.value.clone(),
+                        problem: p.problem.clone(),
+                    })
             })
-            .ok_or_else(|| SnapshotError::NotFound(format!("{}/{} is not in the snapshot", root.kind, root.key())))?;
+            .ok_or_else(|| {
+                SnapshotError::NotFound(format!(
+                    "{}/{} is not in the snapshot",
+                    root.kind,
+                    root.key()
+                ))
+            })?;
         let pods: Vec<&Pod> = self
             .pods
             .iter()
-            .filter(|p| p.meta.identity() == identity || ownership::belongs_to(&p.meta, &root.uid, self))
+            .filter(|p| {
+                p.meta.identity() == identity || ownership::belongs_to(&p.meta, &root.uid, self)
+            })
             .collect();
         let input = resolve::Input {
             definition: &lookup.definition,
@@ -170,6 +241,7 @@ impl Snapshot {
             pods: &pods,
             fallback_from: lookup.fallback_from.as_deref(),
             deadline,
+            prepared: None,
         };
         Ok(resolve::resolve(&input))
     }

@@ -1,7 +1,7 @@
 //! `kartograf check`: validate definition files.
 
 use crate::definition::catalog;
-use crate::definition::{load, DefinitionError};
+use crate::definition::{DefinitionError, load};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -19,7 +19,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.paths.is_empty() {
         let (defs, errs) = catalog::load_embedded();
         for def in &defs {
-            println!("OK       {} ({}, {})", def.name, def.root_kind, def.source);
+            super::print_out(&format!(
+                "OK       {} ({}, {})",
+                def.name, def.root_kind, def.source
+            ));
         }
         ok += defs.len();
         errors.extend(errs);
@@ -27,12 +30,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for path in &args.paths {
         let files = match load::definition_files(path) {
             Ok(files) if files.is_empty() => {
-                errors.push(DefinitionError::new(&path.display().to_string(), "", None, "no .yaml, .yml or .json files"));
+                errors.push(DefinitionError::new(
+                    &path.display().to_string(),
+                    "",
+                    None,
+                    "no .yaml, .yml or .json files",
+                ));
                 continue;
             }
             Ok(files) => files,
             Err(e) => {
-                errors.push(DefinitionError::new(&path.display().to_string(), "", None, format!("cannot read: {e}")));
+                errors.push(DefinitionError::new(
+                    &path.display().to_string(),
+                    "",
+                    None,
+                    format!("cannot read: {e}"),
+                ));
                 continue;
             }
         };
@@ -40,26 +53,37 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         for file in files {
             let (p, e) = load::parse_file(&file);
             if p.is_empty() && e.is_empty() {
-                errors.push(DefinitionError::new(&file.display().to_string(), "", None, "holds no definition"));
+                errors.push(DefinitionError::new(
+                    &file.display().to_string(),
+                    "",
+                    None,
+                    "holds no definition",
+                ));
             }
             parsed.extend(p);
             errors.extend(e);
         }
         let (defs, errs) = catalog::compile_all(parsed, "check");
         for def in &defs {
-            println!("OK       {} ({}, {})", def.name, def.root_kind, def.source);
+            super::print_out(&format!(
+                "OK       {} ({}, {})",
+                def.name, def.root_kind, def.source
+            ));
         }
         ok += defs.len();
         errors.extend(errs);
     }
     for e in &errors {
-        println!("INVALID  {e}");
+        super::print_out(&format!("INVALID  {e}"));
     }
     if errors.is_empty() {
-        println!("{ok} definition(s) valid");
+        super::print_out(&format!("{ok} definition(s) valid"));
         Ok(ExitCode::SUCCESS)
     } else {
-        println!("{ok} definition(s) valid, {} error(s)", errors.len());
+        super::print_out(&format!(
+            "{ok} definition(s) valid, {} error(s)",
+            errors.len()
+        ));
         Ok(ExitCode::from(super::EXIT_INVALID))
     }
 }

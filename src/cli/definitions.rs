@@ -21,21 +21,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let rows: Vec<[String; 4]> = catalog
                 .definitions()
                 .map(|d| {
-                    let components: Vec<&str> = d.components.iter().map(|c| c.name.as_str()).collect();
-                    [d.name.clone(), d.root_kind.to_string(), d.origin.clone(), components.join(",")]
+                    let components: Vec<&str> =
+                        d.components.iter().map(|c| c.name.as_str()).collect();
+                    [
+                        d.name.clone(),
+                        d.root_kind.to_string(),
+                        d.origin.clone(),
+                        components.join(","),
+                    ]
                 })
                 .collect();
-            print!("{}", super::tree::table(&["NAME", "ROOT KIND", "ORIGIN", "COMPONENTS"], &rows));
+            super::print_out(
+                super::tree::table(&["NAME", "ROOT KIND", "ORIGIN", "COMPONENTS"], &rows)
+                    .trim_end(),
+            );
         }
         Format::Json | Format::Yaml => {
-            let items: Vec<&crate::definition::Karta> = catalog.definitions().map(|d| &d.karta).collect();
+            let items: Vec<&crate::definition::Karta> =
+                catalog.definitions().map(|d| &d.karta).collect();
             let doc = serde_json::json!({"apiVersion": "run.ai/v1alpha1", "kind": "KartaList", "items": items});
             let text = if args.output == Format::Json {
                 serde_json::to_string_pretty(&doc)?
             } else {
                 serde_saphyr::to_string(&doc)?
             };
-            println!("{}", text.trim_end());
+            super::print_out(text.trim_end());
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -59,6 +59,17 @@ pub struct DefinitionArgs {
     pub definitions: Option<PathBuf>,
 }
 
+/// Writes `text` and a newline to stdout; a closed pipe (`kartograf … | head`) is not an
+/// error.
+pub fn print_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+}
+
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {

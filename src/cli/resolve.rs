@@ -1,6 +1,6 @@
 //! `kartograf resolve`: the offline form of `Resolve`.
 
-use super::{output, tree, DefinitionArgs, Format, EXIT_NO_DEFINITION, EXIT_NOT_FOUND};
+use super::{DefinitionArgs, EXIT_NO_DEFINITION, EXIT_NOT_FOUND, Format, output, tree};
 use crate::expr::Limits;
 use crate::proto::v1 as pb;
 use crate::snapshot::{Snapshot, SnapshotError};
@@ -35,8 +35,12 @@ pub struct Args {
 
 /// Parses `500ms`, `2s`, `1m`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (n, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, "s"), |i| s.split_at(i));
-    let n: u64 = n.parse().map_err(|_| format!("`{s}` is not a duration like 500ms, 2s or 1m"))?;
+    let (n, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, "s"), |i| s.split_at(i));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like 500ms, 2s or 1m"))?;
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "s" => Ok(Duration::from_secs(n)),
@@ -74,12 +78,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.summary {
         crate::resolve::summarize(&mut workload);
     }
-    let response = pb::ResolveResponse { workload: Some(workload), pod: None };
+    let response = pb::ResolveResponse {
+        workload: Some(workload),
+        pod: None,
+    };
     let text = match args.output {
         Format::Json => output::json(&response)?,
         Format::Yaml => output::yaml(&response)?,
         Format::Tree => tree::render(response.workload.as_ref().context("no workload")?),
     };
-    println!("{}", text.trim_end());
+    super::print_out(text.trim_end());
     Ok(ExitCode::SUCCESS)
 }

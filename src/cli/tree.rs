@@ -15,19 +15,33 @@ pub fn gpus(x: f64) -> String {
 
 /// A phase's display name (`PHASE_RUNNING` -> `Running`).
 pub fn phase_name(phase: i32) -> String {
-    let name = pb::Phase::try_from(phase).unwrap_or(pb::Phase::Unspecified).as_str_name();
+    let name = pb::Phase::try_from(phase)
+        .unwrap_or(pb::Phase::Unspecified)
+        .as_str_name();
     let word = name.trim_start_matches("PHASE_").to_ascii_lowercase();
     let mut chars = word.chars();
-    chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+    chars
+        .next()
+        .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
 }
 
 /// Formats a memory amount in binary units.
 pub fn memory(bytes: i64) -> String {
-    const UNITS: [(&str, i64); 4] = [("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
+    const UNITS: [(&str, i64); 4] = [
+        ("Ti", 1 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ];
     for (suffix, size) in UNITS {
         if bytes >= size {
             let v = bytes as f64 / size as f64;
-            return if (v - v.round()).abs() < 1e-9 { format!("{}{suffix}", v.round() as i64) } else { format!("{v:.1}{suffix}") };
+            return if (v - v.round()).abs() < 1e-9 {
+                format!("{}{suffix}", v.round() as i64)
+            } else {
+                format!("{v:.1}{suffix}")
+            };
         }
     }
     bytes.to_string()
@@ -35,7 +49,11 @@ pub fn memory(bytes: i64) -> String {
 
 /// Formats CPU millicores as cores.
 pub fn cpu(millis: i64) -> String {
-    if millis % 1000 == 0 { (millis / 1000).to_string() } else { format!("{millis}m") }
+    if millis % 1000 == 0 {
+        (millis / 1000).to_string()
+    } else {
+        format!("{millis}m")
+    }
 }
 
 /// Renders a left-aligned table with two spaces between columns.
@@ -68,11 +86,19 @@ pub fn table(headers: &[&str], rows: &[[String; 4]]) -> String {
 
 fn held(totals: &Option<pb::Totals>) -> (f64, f64) {
     let t = totals.clone().unwrap_or_default();
-    (t.current.unwrap_or_default().gpus, t.desired.unwrap_or_default().gpus)
+    (
+        t.current.unwrap_or_default().gpus,
+        t.desired.unwrap_or_default().gpus,
+    )
 }
 
 fn nodes(instance: &pb::Instance) -> Vec<String> {
-    let mut nodes: Vec<String> = instance.pod_list.iter().map(|p| p.node.clone()).filter(|n| !n.is_empty()).collect();
+    let mut nodes: Vec<String> = instance
+        .pod_list
+        .iter()
+        .map(|p| p.node.clone())
+        .filter(|n| !n.is_empty())
+        .collect();
     for child in &instance.children {
         for inst in &child.instances {
             nodes.extend(self::nodes(inst));
@@ -88,28 +114,63 @@ struct Row {
     cols: String,
 }
 
-fn component_rows(component: &pb::Component, prefix: &str, last: bool, depth: usize, rows: &mut Vec<Row>) {
-    let (branch, next) = if depth == 0 { ("", "") } else if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
-    let kind = component.kind.as_ref().map(|k| format!(" ({})", k.kind)).unwrap_or_default();
+fn component_rows(
+    component: &pb::Component,
+    prefix: &str,
+    last: bool,
+    depth: usize,
+    rows: &mut Vec<Row>,
+) {
+    let (branch, next) = if depth == 0 {
+        ("", "")
+    } else if last {
+        ("└─ ", "   ")
+    } else {
+        ("├─ ", "│  ")
+    };
+    let kind = component
+        .kind
+        .as_ref()
+        .map(|k| format!(" ({})", k.kind))
+        .unwrap_or_default();
     let child_prefix = format!("{prefix}{next}");
     // A component with one unnamed instance is shown on one line with that instance.
-    let single = component.instances.len() == 1 && component.instances[0].id.is_empty() && component.instances[0].replica.is_empty();
+    let single = component.instances.len() == 1
+        && component.instances[0].id.is_empty()
+        && component.instances[0].replica.is_empty();
     if single {
         let inst = &component.instances[0];
-        rows.push(Row { label: format!("{prefix}{branch}{}{kind}", component.name), cols: instance_cols(inst) });
+        rows.push(Row {
+            label: format!("{prefix}{branch}{}{kind}", component.name),
+            cols: instance_cols(inst),
+        });
         instance_body(inst, &child_prefix, rows, depth + 1);
         return;
     }
-    rows.push(Row { label: format!("{prefix}{branch}{}{kind}", component.name), cols: String::new() });
+    rows.push(Row {
+        label: format!("{prefix}{branch}{}{kind}", component.name),
+        cols: String::new(),
+    });
     let n = component.instances.len();
     for (i, inst) in component.instances.iter().enumerate() {
         let last = i + 1 == n;
-        let (b, nx) = if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
-        let mut label = if inst.id.is_empty() { component.name.clone() } else { inst.id.clone() };
+        let (b, nx) = if last {
+            ("└─ ", "   ")
+        } else {
+            ("├─ ", "│  ")
+        };
+        let mut label = if inst.id.is_empty() {
+            component.name.clone()
+        } else {
+            inst.id.clone()
+        };
         if !inst.replica.is_empty() {
             let _ = write!(label, "[{}]", inst.replica);
         }
-        rows.push(Row { label: format!("{child_prefix}{b}{label}"), cols: instance_cols(inst) });
+        rows.push(Row {
+            label: format!("{child_prefix}{b}{label}"),
+            cols: instance_cols(inst),
+        });
         instance_body(inst, &format!("{child_prefix}{nx}"), rows, depth + 2);
     }
 }
@@ -134,7 +195,10 @@ fn instance_body(inst: &pb::Instance, prefix: &str, rows: &mut Vec<Row>, depth: 
     for pod in &inst.pod_list {
         k += 1;
         let b = if k == total { "└─ " } else { "├─ " };
-        rows.push(Row { label: format!("{prefix}{b}pod {}", pod.name), cols: pod_cols(pod) });
+        rows.push(Row {
+            label: format!("{prefix}{b}pod {}", pod.name),
+            cols: pod_cols(pod),
+        });
     }
     for child in &inst.children {
         k += 1;
@@ -143,7 +207,11 @@ fn instance_body(inst: &pb::Instance, prefix: &str, rows: &mut Vec<Row>, depth: 
 }
 
 fn pod_cols(pod: &pb::PodInfo) -> String {
-    let mut status = if pod.phase.is_empty() { "Unknown".to_owned() } else { pod.phase.clone() };
+    let mut status = if pod.phase.is_empty() {
+        "Unknown".to_owned()
+    } else {
+        pod.phase.clone()
+    };
     if !pod.ready && !pod.reason.is_empty() {
         let _ = write!(status, " ({})", pod.reason);
     } else if pod.phase == "Running" && !pod.ready {
@@ -154,7 +222,15 @@ fn pod_cols(pod: &pb::PodInfo) -> String {
     if g > 0.0 {
         let _ = write!(cols, "   gpu {}", gpus(g));
     }
-    let _ = write!(cols, "   {}", if pod.node.is_empty() { "<none>" } else { &pod.node });
+    let _ = write!(
+        cols,
+        "   {}",
+        if pod.node.is_empty() {
+            "<none>"
+        } else {
+            &pod.node
+        }
+    );
     cols
 }
 
@@ -162,7 +238,12 @@ fn gang_rows(group: &pb::GangGroup, indent: usize, out: &mut String) {
     let pad = "  ".repeat(indent);
     let mut line = format!("{pad}{}   min {} pod(s)", group.name, group.min_member);
     if group.min_subgroups > 0 {
-        let _ = write!(line, ", {} of {} subgroup(s)", group.min_subgroups, group.subgroups.len());
+        let _ = write!(
+            line,
+            ", {} of {} subgroup(s)",
+            group.min_subgroups,
+            group.subgroups.len()
+        );
     }
     let _ = write!(line, "   members {}", group.pods.len());
     out.push_str(&line);
@@ -177,8 +258,16 @@ pub fn render(w: &pb::Workload) -> String {
     let mut out = String::new();
     let r = w.r#ref.clone().unwrap_or_default();
     let def = w.definition.clone().unwrap_or_default();
-    let ns = if r.namespace.is_empty() { "<none>".to_owned() } else { r.namespace.clone() };
-    let _ = writeln!(out, "{}/{}   namespace: {ns}   definition: {} ({})", r.kind, r.name, def.name, def.origin);
+    let ns = if r.namespace.is_empty() {
+        "<none>".to_owned()
+    } else {
+        r.namespace.clone()
+    };
+    let _ = writeln!(
+        out,
+        "{}/{}   namespace: {ns}   definition: {} ({})",
+        r.kind, r.name, def.name, def.origin
+    );
     let status = w.status.clone().unwrap_or_default();
     let matched: Vec<String> = status.matched.iter().map(|p| phase_name(*p)).collect();
     let _ = write!(out, "Status:    {}", phase_name(status.phase));
@@ -190,10 +279,22 @@ pub fn render(w: &pb::Workload) -> String {
     }
     out.push('\n');
     let pods = w.pods.unwrap_or_default();
-    let _ = writeln!(out, "Pods:      {}/{} ready, {} current", pods.ready, pods.desired, pods.current);
+    let _ = writeln!(
+        out,
+        "Pods:      {}/{} ready, {} current",
+        pods.ready, pods.desired, pods.current
+    );
     let totals = w.totals.clone().unwrap_or_default();
-    let (cur, des) = (totals.current.unwrap_or_default(), totals.desired.unwrap_or_default());
-    let _ = writeln!(out, "GPUs:      {} held / {} desired", gpus(cur.gpus), gpus(des.gpus));
+    let (cur, des) = (
+        totals.current.unwrap_or_default(),
+        totals.desired.unwrap_or_default(),
+    );
+    let _ = writeln!(
+        out,
+        "GPUs:      {} held / {} desired",
+        gpus(cur.gpus),
+        gpus(des.gpus)
+    );
     let _ = writeln!(
         out,
         "CPU:       {} held / {} desired     Memory: {} held / {} desired",
@@ -208,7 +309,11 @@ pub fn render(w: &pb::Workload) -> String {
         for c in &w.components {
             component_rows(c, "  ", true, 0, &mut rows);
         }
-        let width = rows.iter().map(|r| r.label.chars().count()).max().unwrap_or(0);
+        let width = rows
+            .iter()
+            .map(|r| r.label.chars().count())
+            .max()
+            .unwrap_or(0);
         for row in rows {
             let pad = width - row.label.chars().count();
             let _ = writeln!(out, "{}{}   {}", row.label, " ".repeat(pad), row.cols);

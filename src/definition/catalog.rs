@@ -4,10 +4,10 @@
 //! group/version/kind (embedded < directory < cluster). Immutable once built: a reload
 //! builds a new catalog and publishes it whole.
 
+use super::DefinitionError;
 use super::compile::Definition;
 use super::load::{self, Parsed};
 use super::model::GroupVersionKind;
-use super::DefinitionError;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -40,7 +40,10 @@ pub struct Catalog {
 
 impl Catalog {
     /// Builds a catalog from layers of definitions, lowest precedence first.
-    pub fn from_layers(generation: u64, layers: impl IntoIterator<Item = Vec<Arc<Definition>>>) -> Catalog {
+    pub fn from_layers(
+        generation: u64,
+        layers: impl IntoIterator<Item = Vec<Arc<Definition>>>,
+    ) -> Catalog {
         let mut by_gvk = BTreeMap::new();
         for layer in layers {
             for def in layer {
@@ -58,7 +61,12 @@ impl Catalog {
                 child_kinds.insert((kind.group.clone(), kind.kind.clone()));
             }
         }
-        Catalog { generation, by_gvk, by_group_kind, child_kinds }
+        Catalog {
+            generation,
+            by_gvk,
+            by_group_kind,
+            child_kinds,
+        }
     }
 
     /// The embedded catalog alone.
@@ -91,31 +99,47 @@ impl Catalog {
     }
 
     /// The definition for an object of `api_version`/`kind`: exact version first, else the
-    /// same group and kind at another version (the newest by name).
+    /// same group and kind at the highest-priority other version (GA > beta > alpha, then
+    /// by number, as Kubernetes orders versions).
     pub fn lookup(&self, api_version: &str, kind: &str) -> Option<Lookup> {
         let gvk = GroupVersionKind::from_api_version(api_version, kind);
         if let Some(def) = self.by_gvk.get(&gvk) {
-            return Some(Lookup { definition: def.clone(), fallback_from: None });
+            return Some(Lookup {
+                definition: def.clone(),
+                fallback_from: None,
+            });
         }
-        let candidates = self.by_group_kind.get(&(gvk.group.clone(), gvk.kind.clone()))?;
-        let def = candidates.iter().max_by(|a, b| a.root_kind.version.cmp(&b.root_kind.version))?;
-        Some(Lookup { definition: def.clone(), fallback_from: Some(gvk.to_string()) })
+        let candidates = self
+            .by_group_kind
+            .get(&(gvk.group.clone(), gvk.kind.clone()))?;
+        let def = candidates
+            .iter()
+            .max_by_key(|d| version_priority(&d.root_kind.version))?;
+        Some(Lookup {
+            definition: def.clone(),
+            fallback_from: Some(gvk.to_string()),
+        })
     }
 
     /// True when some definition has a root of this group and kind (any version).
     pub fn covers(&self, group: &str, kind: &str) -> bool {
-        self.by_group_kind.contains_key(&(group.to_owned(), kind.to_owned()))
+        self.by_group_kind
+            .contains_key(&(group.to_owned(), kind.to_owned()))
     }
 
     /// True when some definition lists this group and kind as a child or additional kind.
     pub fn is_child_kind(&self, group: &str, kind: &str) -> bool {
-        self.child_kinds.contains(&(group.to_owned(), kind.to_owned()))
+        self.child_kinds
+            .contains(&(group.to_owned(), kind.to_owned()))
     }
 }
 
 /// Compiles parsed documents with the given origin; duplicate root kinds within one batch
 /// are errors (the first wins).
-pub fn compile_all(parsed: Vec<Parsed>, origin: &str) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
+pub fn compile_all(
+    parsed: Vec<Parsed>,
+    origin: &str,
+) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
     let mut defs: Vec<Arc<Definition>> = Vec::new();
     let mut errors = Vec::new();
     for p in parsed {
@@ -126,7 +150,10 @@ pub fn compile_all(parsed: Vec<Parsed>, origin: &str) -> (Vec<Arc<Definition>>, 
                         &p.source,
                         "spec.structureDefinition.rootComponent.kind",
                         None,
-                        format!("{} is already defined by `{}` in {}", def.root_kind, first.name, first.source),
+                        format!(
+                            "{} is already defined by `{}` in {}",
+                            def.root_kind, first.name, first.source
+                        ),
                     ));
                 } else {
                     defs.push(Arc::new(def));
@@ -162,7 +189,17 @@ pub fn load_path(path: &Path) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
     let source = path.display().to_string();
     let files = match load::definition_files(path) {
         Ok(files) => files,
-        Err(e) => return (Vec::new(), vec![DefinitionError::new(&source, "", None, format!("cannot read: {e}"))]),
+        Err(e) => {
+            return (
+                Vec::new(),
+                vec![DefinitionError::new(
+                    &source,
+                    "",
+                    None,
+                    format!("cannot read: {e}"),
+                )],
+            );
+        }
     };
     let mut parsed = Vec::new();
     let mut errors = Vec::new();
@@ -186,5 +223,49 @@ pub fn load_layers(dir: Option<&Path>) -> Result<Catalog, Vec<DefinitionError>> 
         errors.extend(errs);
         layers.push(defs);
     }
-    if errors.is_empty() { Ok(Catalog::from_layers(1, layers)) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(Catalog::from_layers(1, layers))
+    } else {
+        Err(errors)
+    }
+}
+
+/// Kubernetes version priority: `v2` > `v1` > `v1beta2` > `v1beta1` > `v1alpha1` > others.
+pub fn version_priority(version: &str) -> (u8, u32, u32) {
+    let parse = |v: &str| -> Option<(u8, u32, u32)> {
+        let rest = v.strip_prefix('v')?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let major: u32 = digits.parse().ok()?;
+        match &rest[digits.len()..] {
+            "" => Some((3, major, 0)),
+            tail => {
+                let (stage, n) = if let Some(n) = tail.strip_prefix("beta") {
+                    (2, n)
+                } else {
+                    (1, tail.strip_prefix("alpha")?)
+                };
+                Some((stage, major, n.parse().ok()?))
+            }
+        }
+    };
+    parse(version).unwrap_or((0, 0, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_priority;
+
+    #[test]
+    fn versions_order_like_kubernetes() {
+        let mut v = [
+            "v1alpha1", "v10", "v1beta2", "v1", "v2", "v1beta1", "foo", "v2alpha1",
+        ];
+        v.sort_by_key(|x| std::cmp::Reverse(version_priority(x)));
+        assert_eq!(
+            v,
+            [
+                "v10", "v2", "v1", "v1beta2", "v1beta1", "v2alpha1", "v1alpha1", "foo"
+            ]
+        );
+    }
 }

@@ -7,8 +7,8 @@
 //! v2 subgroups must name components; pod selectors only on components that have pods.
 //! All errors are collected, each with the YAML path and the expression.
 
-use super::model::*;
 use super::DefinitionError;
+use super::model::*;
 use crate::expr::{CompileError, Expr};
 use std::collections::{BTreeMap, HashMap};
 
@@ -91,6 +91,7 @@ impl Component {
 
 /// The three pod spec shapes.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // a handful per definition; boxing buys nothing
 pub enum PodSpecSource {
     /// `podTemplateSpecPath`: metadata + spec.
     Template(Compiled),
@@ -237,10 +238,20 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn error(&mut self, path: &str, message: impl Into<String>) {
-        self.errors.push(DefinitionError::new(self.source, path, None, message.into()));
+        self.errors.push(DefinitionError::new(
+            self.source,
+            path,
+            None,
+            message.into(),
+        ));
     }
 
-    fn expr_with(&mut self, path: &str, source: &Option<String>, vars: &[&str]) -> Option<Compiled> {
+    fn expr_with(
+        &mut self,
+        path: &str,
+        source: &Option<String>,
+        vars: &[&str],
+    ) -> Option<Compiled> {
         let source = source.as_deref()?;
         self.compile(path, source, vars)
     }
@@ -255,13 +266,23 @@ impl Ctx<'_> {
             return None;
         }
         match Expr::compile_with(source, vars) {
-            Ok(expr) => Some(Compiled { expr, path: path.to_owned() }),
+            Ok(expr) => Some(Compiled {
+                expr,
+                path: path.to_owned(),
+            }),
             Err(e) => {
                 let message = match e {
-                    CompileError::Refused(_) => format!("expression refused by the safety gate: {e}"),
+                    CompileError::Refused(_) => {
+                        format!("expression refused by the safety gate: {e}")
+                    }
                     other => format!("invalid jq expression: {other}"),
                 };
-                self.errors.push(DefinitionError::new(self.source, path, Some(source), message));
+                self.errors.push(DefinitionError::new(
+                    self.source,
+                    path,
+                    Some(source),
+                    message,
+                ));
                 None
             }
         }
@@ -270,16 +291,30 @@ impl Ctx<'_> {
 
 /// The slug upstream uses for a root kind: `<group with dots as dashes>-<kind>-<version>`.
 pub fn slug(gvk: &GroupVersionKind) -> String {
-    let group = if gvk.group.is_empty() { "core".to_owned() } else { gvk.group.replace('.', "-") };
+    let group = if gvk.group.is_empty() {
+        "core".to_owned()
+    } else {
+        gvk.group.replace('.', "-")
+    };
     format!("{group}-{}-{}", gvk.kind.to_lowercase(), gvk.version)
 }
 
 impl Definition {
     /// Validates and compiles `karta`, read from `source`, with the given origin label.
-    pub fn compile(karta: Karta, source: &str, origin: &str) -> Result<Definition, Vec<DefinitionError>> {
-        let mut cx = Ctx { source, errors: Vec::new() };
+    pub fn compile(
+        karta: Karta,
+        source: &str,
+        origin: &str,
+    ) -> Result<Definition, Vec<DefinitionError>> {
+        let mut cx = Ctx {
+            source,
+            errors: Vec::new(),
+        };
         if karta.api_version != API_VERSION {
-            cx.error("apiVersion", format!("must be `{API_VERSION}`, found `{}`", karta.api_version));
+            cx.error(
+                "apiVersion",
+                format!("must be `{API_VERSION}`, found `{}`", karta.api_version),
+            );
         }
         if karta.kind != KIND {
             cx.error("kind", format!("must be `{KIND}`, found `{}`", karta.kind));
@@ -299,15 +334,19 @@ impl Definition {
         .collect();
 
         // Names must be unique before anything else can be checked.
+        let before = cx.errors.len();
         let mut index: HashMap<&str, usize> = HashMap::new();
         for (i, (c, path)) in definitions.iter().enumerate() {
             if c.name.is_empty() {
                 cx.error(&format!("{path}.name"), "component name is empty");
             } else if index.insert(c.name.as_str(), i).is_some() {
-                cx.error(&format!("{path}.name"), format!("component name `{}` is not unique", c.name));
+                cx.error(
+                    &format!("{path}.name"),
+                    format!("component name `{}` is not unique", c.name),
+                );
             }
         }
-        if !cx.errors.is_empty() {
+        if cx.errors.len() > before {
             return Err(cx.errors);
         }
 
@@ -319,25 +358,40 @@ impl Definition {
             || root_kind.kind.is_empty()
             || (root_kind.group.is_empty() && root_kind.kind != "Pod")
         {
-            cx.error(&format!("{root_path}.kind"), "root component must have a full kind (group, version, kind)");
+            cx.error(
+                &format!("{root_path}.kind"),
+                "root component must have a full kind (group, version, kind)",
+            );
         }
         if root.owner_ref.is_some() {
-            cx.error(&format!("{root_path}.ownerRef"), "root component cannot have an owner reference");
+            cx.error(
+                &format!("{root_path}.ownerRef"),
+                "root component cannot have an owner reference",
+            );
         }
         if root.status_definition.is_none() {
-            cx.error(&format!("{root_path}.statusDefinition"), "root component must have a status definition");
+            cx.error(
+                &format!("{root_path}.statusDefinition"),
+                "root component must have a status definition",
+            );
         }
 
         // Parents.
         let mut parents: Vec<Option<usize>> = vec![None; definitions.len()];
         for (i, (c, path)) in definitions.iter().enumerate().skip(1) {
             match c.owner_ref.as_deref() {
-                None | Some("") => cx.error(&format!("{path}.ownerRef"), format!("child component `{}` has no owner reference", c.name)),
+                None | Some("") => cx.error(
+                    &format!("{path}.ownerRef"),
+                    format!("child component `{}` has no owner reference", c.name),
+                ),
                 Some(owner) => match index.get(owner) {
                     Some(&p) => parents[i] = Some(p),
                     None => cx.error(
                         &format!("{path}.ownerRef"),
-                        format!("child component `{}` names owner `{owner}`, which is not a component", c.name),
+                        format!(
+                            "child component `{}` names owner `{owner}`, which is not a component",
+                            c.name
+                        ),
                     ),
                 },
             }
@@ -354,7 +408,10 @@ impl Definition {
                 let mut at = Some(i);
                 while let Some(j) = at {
                     if seen[j] {
-                        cx.error(&format!("{path}.ownerRef"), format!("ownership cycle involving component `{}`", c.name));
+                        cx.error(
+                            &format!("{path}.ownerRef"),
+                            format!("ownership cycle involving component `{}`", c.name),
+                        );
                         break;
                     }
                     seen[j] = true;
@@ -385,7 +442,8 @@ impl Definition {
         for i in 0..definitions.len() {
             visit(i, &parents, &mut order);
         }
-        let position: HashMap<usize, usize> = order.iter().enumerate().map(|(pos, &i)| (i, pos)).collect();
+        let position: HashMap<usize, usize> =
+            order.iter().enumerate().map(|(pos, &i)| (i, pos)).collect();
 
         let mut components: Vec<Component> = Vec::with_capacity(order.len());
         for &i in &order {
@@ -403,12 +461,20 @@ impl Definition {
             }
             check_selectors_have_pods(&mut cx, &components);
         }
-        let names: HashMap<&str, usize> = components.iter().enumerate().map(|(i, c)| (c.name.as_str(), i)).collect();
+        let names: HashMap<&str, usize> = components
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name.as_str(), i))
+            .collect();
         let gang = compile_gang(&mut cx, &karta, &names);
         if !cx.errors.is_empty() {
             return Err(cx.errors);
         }
-        let name = if karta.metadata.name.is_empty() { slug(&root_kind) } else { karta.metadata.name.clone() };
+        let name = if karta.metadata.name.is_empty() {
+            slug(&root_kind)
+        } else {
+            karta.metadata.name.clone()
+        };
         Ok(Definition {
             name,
             origin: origin.to_owned(),
@@ -455,10 +521,16 @@ fn check_component_shape(cx: &mut Ctx<'_>, c: &ComponentDefinition, path: &str) 
             spec.fragmented_pod_spec_definition.is_some(),
         ];
         if shapes.iter().filter(|s| **s).count() > 1 {
-            cx.error(&format!("{path}.specDefinition"), format!("component `{}` has multiple pod spec definitions", c.name));
+            cx.error(
+                &format!("{path}.specDefinition"),
+                format!("component `{}` has multiple pod spec definitions", c.name),
+            );
         }
     }
-    let instance_selector = c.pod_selector.as_ref().and_then(|s| s.component_instance_selector.as_ref());
+    let instance_selector = c
+        .pod_selector
+        .as_ref()
+        .and_then(|s| s.component_instance_selector.as_ref());
     match (&c.instance_id_path, instance_selector) {
         (Some(_), None) => cx.error(
             &format!("{path}.instanceIdPath"),
@@ -470,7 +542,11 @@ fn check_component_shape(cx: &mut Ctx<'_>, c: &ComponentDefinition, path: &str) 
         ),
         _ => {}
     }
-    if let Some(sel) = c.pod_selector.as_ref().and_then(|s| s.component_type_selector.as_ref()) {
+    if let Some(sel) = c
+        .pod_selector
+        .as_ref()
+        .and_then(|s| s.component_type_selector.as_ref())
+    {
         let sel_path = format!("{path}.podSelector.componentTypeSelector");
         if sel.key_path.is_none() && sel.match_labels.is_none() {
             cx.error(&sel_path, "needs keyPath or matchLabels");
@@ -484,10 +560,16 @@ fn check_component_shape(cx: &mut Ctx<'_>, c: &ComponentDefinition, path: &str) 
             }
             for (k, v) in labels {
                 if let Err(e) = check_label_key(k) {
-                    cx.error(&format!("{sel_path}.matchLabels"), format!("invalid label key `{k}`: {e}"));
+                    cx.error(
+                        &format!("{sel_path}.matchLabels[{k:?}]"),
+                        format!("invalid label key `{k}`: {e}"),
+                    );
                 }
                 if let Err(e) = check_label_value(v) {
-                    cx.error(&format!("{sel_path}.matchLabels.{k}"), format!("invalid label value `{v}`: {e}"));
+                    cx.error(
+                        &format!("{sel_path}.matchLabels[{k:?}]"),
+                        format!("invalid label value `{v}`: {e}"),
+                    );
                 }
             }
         }
@@ -512,7 +594,9 @@ fn check_label_key(key: &str) -> Result<(), &'static str> {
             let dns = !prefix.is_empty()
                 && prefix.len() <= 253
                 && prefix.split('.').all(|p| {
-                    !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    !p.is_empty()
+                        && p.chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
                         && !p.starts_with('-')
                         && !p.ends_with('-')
                 });
@@ -526,28 +610,49 @@ fn check_label_key(key: &str) -> Result<(), &'static str> {
 }
 
 fn check_label_value(value: &str) -> Result<(), &'static str> {
-    if value.is_empty() { Ok(()) } else { label_name(value) }
+    if value.is_empty() {
+        Ok(())
+    } else {
+        label_name(value)
+    }
 }
 
-fn compile_component(cx: &mut Ctx<'_>, c: &ComponentDefinition, path: &str, parent: Option<usize>) -> Option<Component> {
+fn compile_component(
+    cx: &mut Ctx<'_>,
+    c: &ComponentDefinition,
+    path: &str,
+    parent: Option<usize>,
+) -> Option<Component> {
     let before = cx.errors.len();
-    let spec = c.spec_definition.as_ref().and_then(|s| compile_spec(cx, s, &format!("{path}.specDefinition")));
+    let spec = c
+        .spec_definition
+        .as_ref()
+        .and_then(|s| compile_spec(cx, s, &format!("{path}.specDefinition")));
     let scale = c.scale_definition.clone().unwrap_or_default();
     let sp = format!("{path}.scaleDefinition");
     let replicas = cx.expr(&format!("{sp}.replicasPath"), &scale.replicas_path);
     let min_replicas = cx.expr(&format!("{sp}.minReplicasPath"), &scale.min_replicas_path);
     let max_replicas = cx.expr(&format!("{sp}.maxReplicasPath"), &scale.max_replicas_path);
-    let status = c.status_definition.as_ref().map(|s| compile_status(cx, s, &format!("{path}.statusDefinition")));
+    let status = c
+        .status_definition
+        .as_ref()
+        .map(|s| compile_status(cx, s, &format!("{path}.statusDefinition")));
     if let Some(suspend) = &c.suspend_definition {
         let sp = format!("{path}.suspendDefinition");
-        for (list, actions) in [("suspendActions", &suspend.suspend_actions), ("resumeActions", &suspend.resume_actions)] {
+        for (list, actions) in [
+            ("suspendActions", &suspend.suspend_actions),
+            ("resumeActions", &suspend.resume_actions),
+        ] {
             for (i, action) in actions.iter().enumerate() {
                 let ap = format!("{sp}.{list}[{i}]");
                 cx.compile(&format!("{ap}.path"), &action.path, &[]);
-                if let serde_json::Value::String(text) = &action.value {
-                    if serde_json::from_str::<serde_json::Value>(text).is_err() {
-                        cx.error(&format!("{ap}.value"), format!("`{text}` is not JSON-encoded (write strings as \"\\\"x\\\"\")"));
-                    }
+                if let serde_json::Value::String(text) = &action.value
+                    && serde_json::from_str::<serde_json::Value>(text).is_err()
+                {
+                    cx.error(
+                        &format!("{ap}.value"),
+                        format!("`{text}` is not JSON-encoded (write strings as \"\\\"x\\\"\")"),
+                    );
                 }
             }
         }
@@ -560,9 +665,13 @@ fn compile_component(cx: &mut Ctx<'_>, c: &ComponentDefinition, path: &str, pare
         value: t.value,
         match_labels: t.match_labels.unwrap_or_default(),
     });
-    let instance_selector = selector
-        .component_instance_selector
-        .and_then(|s| cx.compile(&format!("{psp}.componentInstanceSelector.idPath"), &s.id_path, &[]));
+    let instance_selector = selector.component_instance_selector.and_then(|s| {
+        cx.compile(
+            &format!("{psp}.componentInstanceSelector.idPath"),
+            &s.id_path,
+            &[],
+        )
+    });
     let replica_selector = selector
         .replica_selector
         .and_then(|s| cx.compile(&format!("{psp}.replicaSelector.keyPath"), &s.key_path, &[]));
@@ -589,7 +698,9 @@ fn compile_component(cx: &mut Ctx<'_>, c: &ComponentDefinition, path: &str, pare
 
 fn compile_spec(cx: &mut Ctx<'_>, s: &SpecDefinition, path: &str) -> Option<PodSpecSource> {
     if let Some(p) = &s.pod_template_spec_path {
-        return cx.compile(&format!("{path}.podTemplateSpecPath"), p, &[]).map(PodSpecSource::Template);
+        return cx
+            .compile(&format!("{path}.podTemplateSpecPath"), p, &[])
+            .map(PodSpecSource::Template);
     }
     if let Some(p) = &s.pod_spec_path {
         let spec = cx.compile(&format!("{path}.podSpecPath"), p, &[]);
@@ -657,7 +768,10 @@ fn compile_status(cx: &mut Ctx<'_>, s: &StatusDefinition, path: &str) -> StatusP
             let mp = format!("{path}.statusMappings.{key}[{i}]");
             for (j, cond) in matcher.by_conditions.iter().enumerate() {
                 if cond.type_.is_empty() {
-                    cx.error(&format!("{mp}.byConditions[{j}].type"), "condition type is required");
+                    cx.error(
+                        &format!("{mp}.byConditions[{j}].type"),
+                        "condition type is required",
+                    );
                 }
             }
             let by_expression = matcher.by_expression.as_ref().and_then(|e| {
@@ -674,15 +788,25 @@ fn compile_status(cx: &mut Ctx<'_>, s: &StatusDefinition, path: &str) -> StatusP
             mappings.push((kind, plans));
         }
     }
-    StatusPlan { phase, conditions, mappings }
+    StatusPlan {
+        phase,
+        conditions,
+        mappings,
+    }
 }
 
 fn check_selectors_have_pods(cx: &mut Ctx<'_>, components: &[Component]) {
     fn has_pods(components: &[Component], i: usize) -> bool {
-        components[i].pod_bearing() || components[i].children.iter().any(|&c| has_pods(components, c))
+        components[i].pod_bearing()
+            || components[i]
+                .children
+                .iter()
+                .any(|&c| has_pods(components, c))
     }
     for (i, c) in components.iter().enumerate() {
-        let has_selector = c.type_selector.is_some() || c.instance_selector.is_some() || c.replica_selector.is_some();
+        let has_selector = c.type_selector.is_some()
+            || c.instance_selector.is_some()
+            || c.replica_selector.is_some();
         if has_selector && !has_pods(components, i) {
             cx.error(
                 &format!("{}.podSelector", c.path),
@@ -697,7 +821,11 @@ fn compile_gang<T: std::borrow::Borrow<str> + std::hash::Hash + Eq>(
     karta: &Karta,
     names: &HashMap<T, usize>,
 ) -> Option<GangPlan> {
-    let gang = karta.spec.optimization_instructions.gang_scheduling.as_ref()?;
+    let gang = karta
+        .spec
+        .optimization_instructions
+        .gang_scheduling
+        .as_ref()?;
     let base = "spec.optimizationInstructions.gangScheduling";
     let lookup = |name: &str| names.get(name).copied();
     let mut groups = Vec::new();
@@ -707,7 +835,10 @@ fn compile_gang<T: std::borrow::Borrow<str> + std::hash::Hash + Eq>(
         if group.name.is_empty() {
             cx.error(&format!("{gp}.name"), "pod group name is required");
         } else if seen.contains(&group.name) {
-            cx.error(&format!("{gp}.name"), format!("pod group name `{}` is not unique", group.name));
+            cx.error(
+                &format!("{gp}.name"),
+                format!("pod group name `{}` is not unique", group.name),
+            );
         }
         seen.push(group.name.clone());
         let mut members = Vec::new();
@@ -717,7 +848,10 @@ fn compile_gang<T: std::borrow::Borrow<str> + std::hash::Hash + Eq>(
             if component.is_none() {
                 cx.error(
                     &format!("{mp}.componentName"),
-                    format!("pod-group member `{}` is not a component", member.component_name),
+                    format!(
+                        "pod-group member `{}` is not a component",
+                        member.component_name
+                    ),
                 );
             }
             let keys = member
@@ -733,11 +867,23 @@ fn compile_gang<T: std::borrow::Borrow<str> + std::hash::Hash + Eq>(
                 .filter_map(|(k, p)| cx.compile(&format!("{mp}.filters[{k}]"), p, &[]))
                 .collect();
             if let Some(component) = component {
-                members.push(MemberPlan { component, keys, filters });
+                members.push(MemberPlan {
+                    component,
+                    keys,
+                    filters,
+                });
             }
         }
-        let min_member = cx.expr_with(&format!("{gp}.minMemberPath"), &group.min_member_path, MIN_MEMBER_VARS);
-        groups.push(PodGroupPlan { name: group.name.clone(), members, min_member });
+        let min_member = cx.expr_with(
+            &format!("{gp}.minMemberPath"),
+            &group.min_member_path,
+            MIN_MEMBER_VARS,
+        );
+        groups.push(PodGroupPlan {
+            name: group.name.clone(),
+            members,
+            min_member,
+        });
     }
     let v2 = gang.pod_group.as_ref().map(|g| {
         let gp = format!("{base}.podGroup");
@@ -750,12 +896,23 @@ fn compile_gang<T: std::borrow::Borrow<str> + std::hash::Hash + Eq>(
                 Some(c) => subgroups.push(c),
                 None => cx.error(
                     &format!("{gp}.subGroups[{j}].componentName"),
-                    format!("subgroup component `{}` is not a component", sub.component_name),
+                    format!(
+                        "subgroup component `{}` is not a component",
+                        sub.component_name
+                    ),
                 ),
             }
         }
-        let min_member = cx.expr_with(&format!("{gp}.minMemberPath"), &g.min_member_path, MIN_MEMBER_VARS);
-        PodGroupV2Plan { name: g.name.clone(), subgroups, min_member }
+        let min_member = cx.expr_with(
+            &format!("{gp}.minMemberPath"),
+            &g.min_member_path,
+            MIN_MEMBER_VARS,
+        );
+        PodGroupV2Plan {
+            name: g.name.clone(),
+            subgroups,
+            min_member,
+        }
     });
     match v2 {
         Some(plan) => Some(GangPlan::PodGroup(plan)),

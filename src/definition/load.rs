@@ -1,7 +1,7 @@
 //! Reading definition files: YAML or JSON, several documents per file, `KartaList` or `List`.
 
-use super::model::Karta;
 use super::DefinitionError;
+use super::model::Karta;
 use crate::manifest;
 use std::path::{Path, PathBuf};
 
@@ -24,13 +24,29 @@ pub fn parse_text(text: &str, source: &str) -> (Vec<Parsed>, Vec<DefinitionError
     let mut parsed = Vec::new();
     let mut errors = Vec::new();
     for (index, doc) in documents.into_iter().enumerate() {
-        let label = if index == 0 { String::new() } else { format!("(document {})", index + 1) };
+        let label = if index == 0 {
+            String::new()
+        } else {
+            format!("(document {})", index + 1)
+        };
         match serde_path_to_error::deserialize::<_, Karta>(&doc) {
-            Ok(karta) => parsed.push(Parsed { source: source.to_owned(), karta }),
+            Ok(karta) => parsed.push(Parsed {
+                source: source.to_owned(),
+                karta,
+            }),
             Err(e) => {
                 let path = e.path().to_string();
-                let path = if path == "." { label } else { format!("{label}{path}") };
-                errors.push(DefinitionError::new(source, &path, None, e.into_inner().to_string()));
+                let path = if path == "." {
+                    label
+                } else {
+                    format!("{label}{path}")
+                };
+                errors.push(DefinitionError::new(
+                    source,
+                    &path,
+                    None,
+                    e.into_inner().to_string(),
+                ));
             }
         }
     }
@@ -42,7 +58,15 @@ pub fn parse_file(path: &Path) -> (Vec<Parsed>, Vec<DefinitionError>) {
     let source = path.display().to_string();
     match std::fs::read_to_string(path) {
         Ok(text) => parse_text(&text, &source),
-        Err(e) => (Vec::new(), vec![DefinitionError::new(&source, "", None, format!("cannot read: {e}"))]),
+        Err(e) => (
+            Vec::new(),
+            vec![DefinitionError::new(
+                &source,
+                "",
+                None,
+                format!("cannot read: {e}"),
+            )],
+        ),
     }
 }
 

@@ -27,7 +27,12 @@ pub struct DefinitionError {
 
 impl DefinitionError {
     /// Builds an error.
-    pub fn new(source: &str, path: &str, expression: Option<&str>, message: impl Into<String>) -> Self {
+    pub fn new(
+        source: &str,
+        path: &str,
+        expression: Option<&str>,
+        message: impl Into<String>,
+    ) -> Self {
         DefinitionError {
             source: source.to_owned(),
             path: path.to_owned(),

@@ -294,7 +294,11 @@ pub struct StatusMappings {
 #[serde(rename_all = "camelCase")]
 pub struct StatusMatcher {
     /// Equals the extracted phase.
-    #[serde(default, deserialize_with = "scalar_string", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "scalar_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub by_phase: Option<String>,
     /// Every listed condition must hold.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -311,10 +315,18 @@ pub struct ExpectedCondition {
     #[serde(rename = "type", default)]
     pub type_: String,
     /// Expected status (`True`, `False`, `Unknown`), if constrained.
-    #[serde(default, deserialize_with = "scalar_string", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "scalar_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub status: Option<String>,
     /// Expected reason, if constrained.
-    #[serde(default, deserialize_with = "scalar_string", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "scalar_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reason: Option<String>,
 }
 
@@ -376,7 +388,11 @@ pub struct ComponentTypeSelector {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_path: Option<String>,
     /// Expected value.
-    #[serde(default, deserialize_with = "scalar_string", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "scalar_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub value: Option<String>,
     /// Pod labels that must all be present with these values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -502,7 +518,9 @@ fn scalar_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::E
     match value {
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(serde_json::Value::String(s)) => Ok(Some(s)),
-        Some(v @ (serde_json::Value::Bool(_) | serde_json::Value::Number(_))) => Ok(Some(v.to_string())),
+        Some(v @ (serde_json::Value::Bool(_) | serde_json::Value::Number(_))) => {
+            Ok(Some(v.to_string()))
+        }
         Some(other) => Err(serde::de::Error::custom(format!(
             "expected a string, found {}",
             json_type(&other)

@@ -10,31 +10,120 @@ use jaq_core::load::parse::{BinaryOp, Pattern, Term};
 use jaq_core::path::Part;
 
 /// Largest literal bound accepted for `range` and `limit`.
-pub const MAX_RANGE: f64 = 10_000.0;
+pub const MAX_RANGE: f64 = 1_000.0;
 
 /// Builtins an expression may call (any arity), besides `range` and `limit`, which are
 /// checked separately.
 const ALLOWED: &[&str] = &[
     // core
-    "empty", "error", "not", "select", "length", "utf8bytelength", "type", "tostring",
-    "tonumber", "tojson", "fromjson", "ascii", "explode", "implode", "null", "true", "false",
-    "isempty", "getpath",
+    "empty",
+    "error",
+    "not",
+    "select",
+    "length",
+    "utf8bytelength",
+    "type",
+    "tostring",
+    "tonumber",
+    "tojson",
+    "fromjson",
+    "explode",
+    "implode",
+    "null",
+    "true",
+    "false",
+    "isempty",
+    "getpath",
     // objects and arrays
-    "keys", "keys_unsorted", "values", "has", "in", "inside", "contains", "map", "map_values",
-    "to_entries", "from_entries", "with_entries", "add", "any", "all", "first", "last", "nth",
-    "reverse", "sort", "sort_by", "group_by", "unique", "unique_by", "min", "max", "min_by",
-    "max_by", "flatten", "index", "rindex", "indices", "transpose", "pick", "toarray",
+    "keys",
+    "keys_unsorted",
+    "values",
+    "has",
+    "in",
+    "inside",
+    "contains",
+    "map",
+    "map_values",
+    "to_entries",
+    "from_entries",
+    "with_entries",
+    "add",
+    "any",
+    "all",
+    "first",
+    "last",
+    "nth",
+    "reverse",
+    "sort",
+    "sort_by",
+    "group_by",
+    "unique",
+    "unique_by",
+    "min",
+    "max",
+    "min_by",
+    "max_by",
+    "flatten",
+    "index",
+    "rindex",
+    "indices",
+    "transpose",
+    "pick",
     // type filters
-    "nulls", "booleans", "numbers", "strings", "arrays", "objects", "iterables", "scalars",
-    "isboolean", "isnumber", "isstring", "isarray", "isobject", "isvalid",
+    "nulls",
+    "booleans",
+    "numbers",
+    "strings",
+    "arrays",
+    "objects",
+    "iterables",
+    "scalars",
+    "isboolean",
+    "isnumber",
+    "isstring",
+    "isarray",
+    "isobject",
     // strings
-    "join", "split", "splits", "test", "match", "capture", "sub", "gsub", "scan",
-    "ascii_downcase", "ascii_upcase", "startswith", "endswith", "ltrimstr", "rtrimstr",
-    "trim", "ltrim", "rtrim",
+    "join",
+    "split",
+    "splits",
+    "test",
+    "match",
+    "capture",
+    "sub",
+    "gsub",
+    "scan",
+    "ascii_downcase",
+    "ascii_upcase",
+    "startswith",
+    "endswith",
+    "ltrimstr",
+    "rtrimstr",
+    "trim",
+    "ltrim",
+    "rtrim",
     // numbers
-    "floor", "ceil", "round", "sqrt", "abs", "fabs", "pow", "log", "log2", "log10", "exp",
-    "exp2", "exp10", "isnan", "isinfinite", "isfinite", "isnormal", "infinite", "nan",
-    "significand", "trunc",
+    "floor",
+    "ceil",
+    "round",
+    "sqrt",
+    "abs",
+    "fabs",
+    "pow",
+    "log",
+    "log2",
+    "log10",
+    "exp",
+    "exp2",
+    "exp10",
+    "isnan",
+    "isinfinite",
+    "isfinite",
+    "isnormal",
+    "infinite",
+    "nan",
+    "significand",
+    "trunc",
 ];
 
 /// Format strings (`@base64 "..."` or bare `@json`) an expression may use.
@@ -52,7 +141,9 @@ fn refusal(name: &str) -> Option<&'static str> {
         "mktime" | "gmtime" | "localtime" | "strftime" | "strptime" | "strflocaltime"
         | "todate" | "fromdate" | "date" | "dateadd" | "datesub" | "fromdateiso8601"
         | "todateiso8601" => "depends on clocks or time zones",
-        "del" | "delpaths" | "setpath" | "to_number" => "modifies values (definitions are read-only)",
+        "del" | "delpaths" | "setpath" | "to_number" => {
+            "modifies values (definitions are read-only)"
+        }
         _ => return None,
     })
 }
@@ -76,7 +167,81 @@ impl std::fmt::Display for Refused {
 pub fn check(term: &Term<&str>) -> Vec<Refused> {
     let mut refused = Vec::new();
     walk(term, &mut refused);
+    if count_ranges(term) > 1 {
+        refuse(
+            &mut refused,
+            "range",
+            "at most one `range` per expression (nested ranges multiply)",
+        );
+    }
     refused
+}
+
+/// Number of `range` calls in a term.
+fn count_ranges(term: &Term<&str>) -> usize {
+    let mut n = 0;
+    visit(term, &mut |t| {
+        if let Term::Call("range", _) = t {
+            n += 1;
+        }
+    });
+    n
+}
+
+/// Calls `f` on `term` and every term below it (patterns and paths included).
+fn visit<'a>(term: &'a Term<&'a str>, f: &mut dyn FnMut(&'a Term<&'a str>)) {
+    f(term);
+    let mut each = |t: &'a Term<&'a str>| visit(t, f);
+    match term {
+        Term::Id | Term::Num(_) | Term::Break(_) | Term::Recurse | Term::Var(_) => {}
+        Term::Str(_, parts) => parts.iter().for_each(|p| {
+            if let StrPart::Term(t) = p {
+                each(t)
+            }
+        }),
+        Term::Arr(inner) => inner.iter().for_each(|t| each(t)),
+        Term::Obj(entries) => entries.iter().for_each(|(k, v)| {
+            each(k);
+            v.iter().for_each(&mut each);
+        }),
+        Term::Neg(t) | Term::Label(_, t) => each(t),
+        Term::BinOp(l, _, r) => {
+            each(l);
+            each(r);
+        }
+        Term::Fold(_, source, _, args) => {
+            each(source);
+            args.iter().for_each(&mut each);
+        }
+        Term::TryCatch(t, c) => {
+            each(t);
+            c.iter().for_each(|c| each(c));
+        }
+        Term::IfThenElse(branches, otherwise) => {
+            branches.iter().for_each(|(c, t)| {
+                each(c);
+                each(t);
+            });
+            otherwise.iter().for_each(|e| each(e));
+        }
+        Term::Def(defs, body) => {
+            defs.iter().for_each(|d| each(&d.body));
+            each(body);
+        }
+        Term::Call(_, args) => args.iter().for_each(&mut each),
+        Term::Path(t, path) => {
+            each(t);
+            for (part, _) in &path.0 {
+                match part {
+                    Part::Index(i) => each(i),
+                    Part::Range(from, to) => {
+                        from.iter().for_each(&mut each);
+                        to.iter().for_each(&mut each);
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn refuse(out: &mut Vec<Refused>, construct: impl Into<String>, reason: impl Into<String>) {
@@ -99,10 +264,10 @@ fn walk(term: &Term<&str>, out: &mut Vec<Refused>) {
             }
         }
         Term::Str(format, parts) => {
-            if let Some(format) = format {
-                if !ALLOWED_FORMATS.contains(format) {
-                    refuse(out, *format, "this format is not supported");
-                }
+            if let Some(format) = format
+                && !ALLOWED_FORMATS.contains(format)
+            {
+                refuse(out, *format, "this format is not supported");
             }
             for part in parts {
                 if let StrPart::Term(t) = part {
@@ -126,14 +291,26 @@ fn walk(term: &Term<&str>, out: &mut Vec<Refused>) {
         Term::Neg(t) => walk(t, out),
         Term::BinOp(l, op, r) => {
             match op {
-                BinaryOp::Assign => refuse(out, "=", "assignment modifies values (definitions are read-only)"),
-                BinaryOp::Update => refuse(out, "|=", "update modifies values (definitions are read-only)"),
+                BinaryOp::Assign => refuse(
+                    out,
+                    "=",
+                    "assignment modifies values (definitions are read-only)",
+                ),
+                BinaryOp::Update => refuse(
+                    out,
+                    "|=",
+                    "update modifies values (definitions are read-only)",
+                ),
                 BinaryOp::UpdateMath(m) => refuse(
                     out,
                     format!("{}=", m.as_str()),
                     "update modifies values (definitions are read-only)",
                 ),
-                BinaryOp::UpdateAlt => refuse(out, "//=", "update modifies values (definitions are read-only)"),
+                BinaryOp::UpdateAlt => refuse(
+                    out,
+                    "//=",
+                    "update modifies values (definitions are read-only)",
+                ),
                 BinaryOp::Pipe(Some(pattern)) => walk_pattern(pattern, out),
                 _ => {}
             }
@@ -225,11 +402,12 @@ fn check_call(name: &str, args: &[Term<&str>], out: &mut Vec<Refused>) {
                 Some([from, to]) | Some([from, to, _]) => Some(to - from),
                 _ => None,
             };
+            // A zero or backwards step would run forever or from the far end.
             let by_ok = match bounds.as_deref() {
-                Some([_, _, by]) => by.abs() >= 1.0,
+                Some([_, _, by]) => *by >= 1.0,
                 _ => true,
             };
-            if !matches!(span, Some(s) if s <= MAX_RANGE) || !by_ok {
+            if !matches!(span, Some(s) if (0.0..=MAX_RANGE).contains(&s)) || !by_ok {
                 refuse(
                     out,
                     "range",
@@ -238,7 +416,8 @@ fn check_call(name: &str, args: &[Term<&str>], out: &mut Vec<Refused>) {
             }
         }
         "limit" => {
-            if !matches!(args.first().and_then(literal), Some(n) if n <= MAX_RANGE) {
+            if !matches!(args.first().and_then(literal), Some(n) if (0.0..=MAX_RANGE).contains(&n))
+            {
                 refuse(
                     out,
                     "limit",

@@ -5,6 +5,7 @@
 //! integral numbers print without a decimal point, a stream stops at its first error, and
 //! non-finite arithmetic results (`1 / 0`) are errors.
 
+pub mod fast;
 pub mod gate;
 pub mod value;
 
@@ -30,6 +31,8 @@ pub struct Expr {
     source: Arc<str>,
     filter: Arc<Filter>,
     vars: Arc<[String]>,
+    /// Native evaluation for plain paths, literals and `//` between them.
+    fast: Option<Arc<fast::Fast>>,
 }
 
 impl std::fmt::Debug for Expr {
@@ -71,8 +74,10 @@ pub enum EvalError {
 fn prelude() -> &'static [Def<&'static str>] {
     static PRELUDE: OnceLock<Vec<Def<&'static str>>> = OnceLock::new();
     PRELUDE.get_or_init(|| {
-        // gojq-compatible `join` (null as "", scalars as JSON) and `from_entries` (k, name,
-        // Name, K, Key; v, Value), and a `halt` that cannot stop the process.
+        // gojq-compatible `join` (null as "", scalars as JSON), `from_entries` (k, name,
+        // Name, K, Key; v, Value), sorted keys for `to_entries`/`keys_unsorted` (gojq sorts
+        // object keys, also of objects built in the expression), and a `halt` that cannot
+        // stop the process.
         const OVERRIDES: &str = r#"
             def join($x): reduce .[] as $i (null;
                 (if . == null then "" else . + $x end)
@@ -81,6 +86,9 @@ fn prelude() -> &'static [Def<&'static str>] {
                 . + { ($x | if .key == null then .k // .name // .Name // .K // .Key else .key end
                          | if type == "string" then . elif type == "null" then "null" else tojson end):
                       ($x | if has("value") then .value elif has("v") then .v else .Value end) });
+            def to_entries: [keys[] as $k | {key: $k, value: .[$k]}];
+            def keys_unsorted: keys;
+            def with_entries(f): to_entries | map(f) | from_entries;
             def halt: error("halt is not allowed");
             def halt_error($code): error("halt_error is not allowed");
             def halt_error: halt_error(5);
@@ -106,22 +114,41 @@ impl Expr {
     pub fn compile_with(source: &str, vars: &[&str]) -> Result<Expr, CompileError> {
         let tokens = Lexer::new(source).lex().map_err(|errors| {
             let (expected, found) = &errors[0];
-            CompileError::Syntax(format!("expected {} at `{}`", expected.as_str(), snippet(found)))
+            CompileError::Syntax(format!(
+                "expected {} at `{}`",
+                expected.as_str(),
+                snippet(found)
+            ))
         })?;
         let term = Parser::new(&tokens).parse(|p| p.term()).map_err(|errors| {
             let (expected, found) = &errors[0];
             let found = Token::opt_as_str(*found, source);
-            let found = if found.is_empty() { "end of input".to_owned() } else { format!("`{}`", snippet(found)) };
+            let found = if found.is_empty() {
+                "end of input".to_owned()
+            } else {
+                format!("`{}`", snippet(found))
+            };
             CompileError::Syntax(format!("expected {}, found {found}", expected.as_str()))
         })?;
         let refused = gate::check(&term);
         if !refused.is_empty() {
             return Err(CompileError::Refused(refused));
         }
+        let fast = if vars.is_empty() {
+            fast::recognize(&term).map(Arc::new)
+        } else {
+            None
+        };
         let arena = Arena::default();
         let loader = Loader::new(prelude().iter().cloned());
         let modules = loader
-            .load(&arena, File { code: source, path: () })
+            .load(
+                &arena,
+                File {
+                    code: source,
+                    path: (),
+                },
+            )
             .map_err(|_| CompileError::Syntax("could not be parsed".to_owned()))?;
         let filter = Compiler::default()
             .with_funs(natives())
@@ -139,12 +166,18 @@ impl Expr {
             source: source.into(),
             filter: Arc::new(filter),
             vars: vars.iter().map(|v| (*v).to_owned()).collect(),
+            fast,
         })
     }
 
     /// Parses, gates and compiles an expression without variables.
     pub fn compile(source: &str) -> Result<Expr, CompileError> {
         Self::compile_with(source, &[])
+    }
+
+    /// True when evaluated natively (a plain path, literal or `//` between them).
+    pub fn is_fast(&self) -> bool {
+        self.fast.is_some()
     }
 
     /// The source text.
@@ -159,7 +192,12 @@ impl Expr {
 
     /// Evaluates with global variable values (in the order given at compile time) and an
     /// optional deadline, checked between outputs.
-    pub fn eval_with(&self, input: &Val, vars: &[Val], deadline: Option<Instant>) -> Result<Vec<Val>, EvalError> {
+    pub fn eval_with(
+        &self,
+        input: &Val,
+        vars: &[Val],
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Val>, EvalError> {
         match self.eval_outputs(input, vars, deadline) {
             (outputs, None) => Ok(outputs),
             (_, Some(e)) => Err(e),
@@ -167,7 +205,28 @@ impl Expr {
     }
 
     /// Evaluates and returns the outputs produced before the first error, and that error.
-    pub fn eval_outputs(&self, input: &Val, vars: &[Val], deadline: Option<Instant>) -> (Vec<Val>, Option<EvalError>) {
+    pub fn eval_outputs(
+        &self,
+        input: &Val,
+        vars: &[Val],
+        deadline: Option<Instant>,
+    ) -> (Vec<Val>, Option<EvalError>) {
+        if let Some(fast) = &self.fast {
+            return match fast.eval(input) {
+                Ok(out) => (out.into_iter().collect(), None),
+                Err(e) => (Vec::new(), Some(EvalError::Runtime(e.0))),
+            };
+        }
+        self.eval_jaq(input, vars, deadline)
+    }
+
+    /// Evaluates with jaq (never the native fast path).
+    pub fn eval_jaq(
+        &self,
+        input: &Val,
+        vars: &[Val],
+        deadline: Option<Instant>,
+    ) -> (Vec<Val>, Option<EvalError>) {
         let mut values: Vec<Val> = vars.to_vec();
         values.resize(self.vars.len(), Val::Null);
         let ctx = Ctx::<JustLut<Val>>::new(&self.filter.lut, Vars::new(values));
@@ -183,11 +242,13 @@ impl Expr {
                     return (outputs, Some(e));
                 }
             };
-            if let Val::Num(n) = &val {
-                if value::number_f64(n).is_some_and(|f| !f.is_finite()) {
-                    let e = EvalError::Runtime("arithmetic produced a non-finite number (division by zero?)".to_owned());
-                    return (outputs, Some(e));
-                }
+            if let Val::Num(n) = &val
+                && value::number_f64(n).is_some_and(|f| !f.is_finite())
+            {
+                let e = EvalError::Runtime(
+                    "arithmetic produced a non-finite number (division by zero?)".to_owned(),
+                );
+                return (outputs, Some(e));
             }
             if outputs.len() == MAX_OUTPUTS {
                 return (outputs, Some(EvalError::TooManyOutputs));
@@ -213,7 +274,10 @@ fn snippet(s: &str) -> String {
 fn truncate(mut s: String) -> String {
     const MAX: usize = 300;
     if s.len() > MAX {
-        let cut = (0..=MAX).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
+        let cut = (0..=MAX)
+            .rev()
+            .find(|i| s.is_char_boundary(*i))
+            .unwrap_or(0);
         s.truncate(cut);
         s.push('…');
     }
@@ -236,12 +300,18 @@ mod tests {
         let obj = json!({"spec": {"replicas": 3}, "metadata": {"labels": {"a/b": "x"}}});
         assert_eq!(run(".spec.replicas // 1", obj.clone()).unwrap(), [json!(3)]);
         assert_eq!(run(".spec.missing // 1", obj.clone()).unwrap(), [json!(1)]);
-        assert_eq!(run(r#".metadata.labels["a/b"]"#, obj).unwrap(), [json!("x")]);
+        assert_eq!(
+            run(r#".metadata.labels["a/b"]"#, obj).unwrap(),
+            [json!("x")]
+        );
     }
 
     #[test]
     fn stops_at_first_error_and_rejects_division_by_zero() {
-        assert!(matches!(run(r#"1, error("x"), 2"#, json!(null)), Err(EvalError::Runtime(_))));
+        assert!(matches!(
+            run(r#"1, error("x"), 2"#, json!(null)),
+            Err(EvalError::Runtime(_))
+        ));
         assert!(run("1 / 0", json!(null)).is_err());
         assert!(run(r#""abc" | tonumber"#, json!(null)).is_err());
     }
@@ -249,14 +319,35 @@ mod tests {
     #[test]
     fn caps_outputs() {
         assert_eq!(run("range(1000)", json!(null)).unwrap().len(), 1000);
-        assert_eq!(run("range(1001)", json!(null)), Err(EvalError::TooManyOutputs));
+        assert_eq!(
+            run("range(1000), 1", json!(null)),
+            Err(EvalError::TooManyOutputs)
+        );
     }
 
     #[test]
     fn gate_refuses_runaway_and_impure_constructs() {
         for src in [
-            "def f: 1 + f; f", "repeat(.)", "range(1e9)", "..", "recurse", "env", "$ENV",
-            "input", "halt", ".a = 1", "del(.a)", ".a |= 1", ".a += 1", "now", "limit(.n; .[])",
+            "def f: 1 + f; f",
+            "repeat(.)",
+            "range(1e9)",
+            "..",
+            "recurse",
+            "env",
+            "$ENV",
+            "input",
+            "halt",
+            ".a = 1",
+            "del(.a)",
+            ".a |= 1",
+            ".a += 1",
+            "now",
+            "limit(.n; .[])",
+            "range(1e9; 0; -1)",
+            "range(5; 0)",
+            "[range(1000) as $a | range(1000)]",
+            "limit(-1; .[])",
+            "range(1001)",
         ] {
             match Expr::compile(src) {
                 Err(CompileError::Refused(r)) => assert!(!r.is_empty(), "{src}"),
@@ -267,8 +358,57 @@ mod tests {
 
     #[test]
     fn reports_syntax_and_undefined() {
-        assert!(matches!(Expr::compile(".a |"), Err(CompileError::Syntax(_))));
-        assert!(matches!(Expr::compile("$nope"), Err(CompileError::Undefined(_))));
+        assert!(matches!(
+            Expr::compile(".a |"),
+            Err(CompileError::Syntax(_))
+        ));
+        assert!(matches!(
+            Expr::compile("$nope"),
+            Err(CompileError::Undefined(_))
+        ));
+    }
+
+    #[test]
+    fn fast_path_agrees_with_jaq() {
+        let inputs = [
+            json!({"metadata": {"labels": {"a/b": "x", "n": 0}, "name": "p"}, "spec": {"replicas": 3, "f": false}}),
+            json!({"metadata": null, "spec": "text"}),
+            json!([1, 2]),
+            json!(null),
+            json!("s"),
+        ];
+        for src in [
+            ".",
+            r#".metadata.labels["a/b"]"#,
+            ".metadata.labels.n",
+            ".spec.replicas // 1",
+            ".spec.f // \"d\"",
+            ".spec.missing // .spec.replicas // 7",
+            ".spec.x?",
+            ".spec.x",
+            ".a.b.c",
+            "1",
+            "\"lit\"",
+            "null // false",
+            ".metadata.labels[\"q\"]? // \"0\"",
+        ] {
+            let expr = Expr::compile(src).unwrap();
+            assert!(expr.is_fast(), "{src} should take the fast path");
+            for input in &inputs {
+                let input = value::from_json(input, Limits::default()).unwrap();
+                let (a, ea) = expr.eval_outputs(&input, &[], None);
+                let (b, eb) = expr.eval_jaq(&input, &[], None);
+                let a: Vec<_> = a.iter().map(value::to_json).collect();
+                let b: Vec<_> = b.iter().map(value::to_json).collect();
+                assert_eq!(
+                    (a, ea.is_some()),
+                    (b, eb.is_some()),
+                    "{src} on {}",
+                    value::to_json(&input)
+                );
+            }
+        }
+        assert!(!Expr::compile(".a[0]").unwrap().is_fast());
     }
 
     #[test]

@@ -58,7 +58,12 @@ fn spend(budget: &mut usize, amount: usize, limits: Limits) -> Result<(), Conver
     Ok(())
 }
 
-fn convert(json: &Json, depth: usize, limits: Limits, budget: &mut usize) -> Result<Val, ConvertError> {
+fn convert(
+    json: &Json,
+    depth: usize,
+    limits: Limits,
+    budget: &mut usize,
+) -> Result<Val, ConvertError> {
     if depth > limits.max_depth {
         return Err(ConvertError::TooDeep {
             limit: limits.max_depth,
@@ -238,14 +243,26 @@ mod tests {
     #[test]
     fn enforces_budgets() {
         let big = json!({"x": "y".repeat(100)});
-        let tight = Limits { max_bytes: 50, max_depth: 8 };
-        assert!(matches!(from_json(&big, tight), Err(ConvertError::TooLarge { .. })));
+        let tight = Limits {
+            max_bytes: 50,
+            max_depth: 8,
+        };
+        assert!(matches!(
+            from_json(&big, tight),
+            Err(ConvertError::TooLarge { .. })
+        ));
         let mut deep = json!(1);
         for _ in 0..20 {
             deep = json!([deep]);
         }
-        let shallow = Limits { max_bytes: 10_000, max_depth: 8 };
-        assert!(matches!(from_json(&deep, shallow), Err(ConvertError::TooDeep { .. })));
+        let shallow = Limits {
+            max_bytes: 10_000,
+            max_depth: 8,
+        };
+        assert!(matches!(
+            from_json(&deep, shallow),
+            Err(ConvertError::TooDeep { .. })
+        ));
     }
 
     #[test]

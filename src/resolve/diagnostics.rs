@@ -45,7 +45,14 @@ pub struct Diagnostics {
 
 impl Diagnostics {
     /// Adds a diagnostic unless an identical one exists.
-    pub fn push(&mut self, severity: &str, code: &str, message: impl Into<String>, component: &str, expression: &str) {
+    pub fn push(
+        &mut self,
+        severity: &str,
+        code: &str,
+        message: impl Into<String>,
+        component: &str,
+        expression: &str,
+    ) {
         let d = Diagnostic {
             severity: severity.to_owned(),
             code: code.to_owned(),

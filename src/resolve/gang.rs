@@ -7,17 +7,20 @@
 //! Alpha `podGroups`: each attributed, non-terminal pod finds its effective member (its own
 //! component first, then the nearest ancestor; filters must pass), and pods with equal key
 //! values form one gang. A gang's minimum is the extension `minMemberPath` when given, else
-//! the whole minimum of every member component that has no instances or replicas, plus the
-//! minimum of each instance/replica slot of the other members that the gang's pods occupy.
+//! the minimum of every member component that has a single slot in the tree, plus the
+//! minimum of each slot of the other (multi-slot) members that the gang's pods occupy.
 //! This is KAI's instance-scoped rule without upstream's multiplication, which over-counts.
 
-use super::diagnostics::{code, WARNING};
 use super::Resolver;
+use super::diagnostics::{WARNING, code};
 use crate::definition::compile::{Compiled, GangPlan, PodGroupPlan, PodGroupV2Plan};
 use crate::expr::value::{self, as_f64, to_text};
 use crate::proto::v1 as pb;
 use jaq_json::{Rc, Val};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// A gang's identity: (pod group index, key values).
+type GangKey = (usize, Vec<String>);
 
 impl Resolver<'_> {
     /// Computes the gang groups and records each pod's group.
@@ -48,20 +51,29 @@ impl Resolver<'_> {
     }
 
     fn pods_in_slot(&self, slot: usize) -> Vec<String> {
-        let mut names: Vec<String> = (0..self.pods.len())
-            .filter(|&i| self.member_pod(i) && self.pod_slots[i].contains(&slot))
-            .map(|i| self.pods[i].meta.name.clone())
+        let mut names: Vec<String> = self.slots[slot]
+            .members
+            .iter()
+            .filter(|&&i| !self.pods[i].terminal())
+            .map(|&i| self.pods[i].meta.name.clone())
             .collect();
         names.sort();
         names
     }
 
     fn component_slots(&self, component: usize) -> Vec<usize> {
-        (0..self.slots.len()).filter(|&s| self.slots[s].component == component).collect()
+        (0..self.slots.len())
+            .filter(|&s| self.slots[s].component == component)
+            .collect()
     }
 
     /// Evaluates a `minMemberPath`; `None` (with a diagnostic) when it yields no whole number.
-    fn min_member_override(&mut self, expr: &Compiled, keys: &[String], pod: Option<usize>) -> Option<u32> {
+    fn min_member_override(
+        &mut self,
+        expr: &Compiled,
+        keys: &[String],
+        pod: Option<usize>,
+    ) -> Option<u32> {
         let keys = Val::Arr(Rc::new(keys.iter().map(|k| value::string(k)).collect()));
         let pod = pod.map_or(Val::Null, |i| self.pods[i].value.clone());
         let root = self.root;
@@ -70,7 +82,13 @@ impl Resolver<'_> {
             Some(n) if n >= 0.0 && n.fract() == 0.0 && n <= f64::from(u32::MAX) => Some(n as u32),
             _ => {
                 let got = out.first().map_or("nothing".to_owned(), to_text);
-                self.diags.push(WARNING, code::BAD_VALUE, format!("{} yielded {got}, not a count", expr.path), "", expr.source());
+                self.diags.push(
+                    WARNING,
+                    code::BAD_VALUE,
+                    format!("{} yielded {got}, not a count", expr.path),
+                    "",
+                    expr.source(),
+                );
                 None
             }
         }
@@ -114,18 +132,29 @@ impl Resolver<'_> {
         }
         let members: Vec<usize> = (0..self.pods.len())
             .filter(|&i| self.member_pod(i))
-            .filter(|&i| plan.subgroups.is_empty() || self.pod_slots[i].iter().any(|s| member_slots.contains(s)))
+            .filter(|&i| {
+                plan.subgroups.is_empty()
+                    || self.pod_slots[i].iter().any(|s| member_slots.contains(s))
+            })
             .collect();
         let computed = if subgroups.is_empty() {
-            self.component_slots(0).iter().map(|&s| self.slots[s].min).sum()
+            self.component_slots(0)
+                .iter()
+                .map(|&s| self.slots[s].min)
+                .sum()
         } else {
             subgroups.iter().map(|g| g.min_member).sum()
         };
         let min_member = match &plan.min_member {
-            Some(expr) => self.min_member_override(expr, &[], members.first().copied()).unwrap_or(computed),
+            Some(expr) => self
+                .min_member_override(expr, &[], members.first().copied())
+                .unwrap_or(computed),
             None => computed,
         };
-        let mut pods: Vec<String> = members.iter().map(|&i| self.pods[i].meta.name.clone()).collect();
+        let mut pods: Vec<String> = members
+            .iter()
+            .map(|&i| self.pods[i].meta.name.clone())
+            .collect();
         pods.sort();
         for &i in &members {
             self.pod_gang[i] = plan.name.clone();
@@ -143,13 +172,18 @@ impl Resolver<'_> {
     fn gang_alpha(&mut self, plans: &[PodGroupPlan]) -> Vec<pb::GangGroup> {
         let def = self.def;
         // (group index, keys) -> (pods, occupied scoped slots)
-        let mut gangs: BTreeMap<(usize, Vec<String>), (Vec<usize>, BTreeSet<usize>)> = BTreeMap::new();
+        let mut gangs: BTreeMap<GangKey, (Vec<usize>, BTreeSet<usize>)> = BTreeMap::new();
         for i in 0..self.pods.len() {
             if !self.member_pod(i) {
                 continue;
             }
-            let component_name = self.claimed[i].as_ref().map(|p| p.component.clone()).unwrap_or_default();
-            let Some(component) = def.component_index(&component_name) else { continue };
+            let component_name = self.claimed[i]
+                .as_ref()
+                .map(|p| p.component.clone())
+                .unwrap_or_default();
+            let Some(component) = def.component_index(&component_name) else {
+                continue;
+            };
             // Candidates: the pod's own component, then its ancestors, nearest first.
             let mut lineage = vec![component];
             while let Some(parent) = def.components[*lineage.last().unwrap_or(&0)].parent {
@@ -162,7 +196,9 @@ impl Resolver<'_> {
             'search: for &c in &lineage {
                 for (g, plan) in plans.iter().enumerate() {
                     for (m, member) in plan.members.iter().enumerate() {
-                        if member.component == c && self.filters_pass(&member.filters, i, &def.components[c].name) {
+                        if member.component == c
+                            && self.filters_pass(&member.filters, i, &def.components[c].name)
+                        {
                             chosen = Some((g, m));
                             break 'search;
                         }
@@ -195,22 +231,24 @@ impl Resolver<'_> {
                 self.diags.push(
                     WARNING,
                     code::GANG_KEY_MISSING,
-                    format!("pod {} has no value for gang key {}", self.pods[i].meta.name, key.path),
+                    format!(
+                        "pod {} has no value for gang key {}",
+                        self.pods[i].meta.name, key.path
+                    ),
                     &def.components[member.component].name,
                     key.source(),
                 );
                 continue;
             }
-            let scoped = {
-                let mc = &def.components[member.component];
-                mc.instance_ids.is_some() || mc.replica_selector.is_some()
-            };
+            let scoped = self.component_slots(member.component).len() > 1;
             let entry = gangs.entry((g, keys)).or_default();
             entry.0.push(i);
-            if scoped {
-                if let Some(&slot) = self.pod_slots[i].iter().find(|&&s| self.slots[s].component == member.component) {
-                    entry.1.insert(slot);
-                }
+            if scoped
+                && let Some(&slot) = self.pod_slots[i]
+                    .iter()
+                    .find(|&&s| self.slots[s].component == member.component)
+            {
+                entry.1.insert(slot);
             }
         }
 
@@ -220,15 +258,16 @@ impl Resolver<'_> {
             let mut computed: u32 = 0;
             let mut seen_components = BTreeSet::new();
             for member in &plan.members {
-                let mc = &def.components[member.component];
-                let scoped = mc.instance_ids.is_some() || mc.replica_selector.is_some();
-                if !scoped && seen_components.insert(member.component) {
-                    computed += self.component_slots(member.component).iter().map(|&s| self.slots[s].min).sum::<u32>();
+                let slots = self.component_slots(member.component);
+                if slots.len() <= 1 && seen_components.insert(member.component) {
+                    computed += slots.iter().map(|&s| self.slots[s].min).sum::<u32>();
                 }
             }
             computed += scoped_slots.iter().map(|&s| self.slots[s].min).sum::<u32>();
             let min_member = match &plan.min_member {
-                Some(expr) => self.min_member_override(expr, &keys, members.first().copied()).unwrap_or(computed),
+                Some(expr) => self
+                    .min_member_override(expr, &keys, members.first().copied())
+                    .unwrap_or(computed),
                 None => computed,
             };
             let mut name = plan.name.clone();
@@ -239,17 +278,36 @@ impl Resolver<'_> {
             let (component, instance, replica) = match (scoped_slots.len(), plan.members.len()) {
                 (1, 1) => {
                     let s = &self.slots[*scoped_slots.iter().next().unwrap_or(&0)];
-                    (def.components[s.component].name.clone(), s.instance.clone(), s.replica.clone())
+                    (
+                        def.components[s.component].name.clone(),
+                        s.instance.clone(),
+                        s.replica.clone(),
+                    )
                 }
-                (_, 1) => (def.components[plan.members[0].component].name.clone(), String::new(), String::new()),
+                (_, 1) => (
+                    def.components[plan.members[0].component].name.clone(),
+                    String::new(),
+                    String::new(),
+                ),
                 _ => Default::default(),
             };
-            let mut pods: Vec<String> = members.iter().map(|&i| self.pods[i].meta.name.clone()).collect();
+            let mut pods: Vec<String> = members
+                .iter()
+                .map(|&i| self.pods[i].meta.name.clone())
+                .collect();
             pods.sort();
             for &i in &members {
                 self.pod_gang[i] = name.clone();
             }
-            out.push(pb::GangGroup { name, min_member, component, instance, replica, pods, ..Default::default() });
+            out.push(pb::GangGroup {
+                name,
+                min_member,
+                component,
+                instance,
+                replica,
+                pods,
+                ..Default::default()
+            });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
@@ -259,7 +317,10 @@ impl Resolver<'_> {
     fn filters_pass(&mut self, filters: &[Compiled], i: usize, component: &str) -> bool {
         let pod = self.pods[i];
         filters.iter().all(|f| {
-            matches!(self.eval_on(f, &pod.value, &[], component).as_deref(), Some([Val::Bool(true)]))
+            matches!(
+                self.eval_on(f, &pod.value, &[], component).as_deref(),
+                Some([Val::Bool(true)])
+            )
         })
     }
 }

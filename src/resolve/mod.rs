@@ -14,19 +14,20 @@ pub mod resources;
 mod status;
 mod tree;
 
-use crate::definition::compile::Compiled;
 use crate::definition::Definition;
-use crate::expr::value::to_text;
+use crate::definition::compile::Compiled;
 use crate::expr::EvalError;
+use crate::expr::value::to_text;
 use crate::object::{Object, Pod};
 use crate::proto::v1 as pb;
-use diagnostics::{code, Diagnostics, ERROR, INFO, WARNING};
+use diagnostics::{Diagnostics, ERROR, INFO, WARNING, code};
 use jaq_json::Val;
 use resources::Amounts;
 use std::collections::HashMap;
 use std::time::Instant;
 
 /// What to resolve.
+#[derive(Clone, Copy)]
 pub struct Input<'a> {
     /// The definition for the root's kind.
     pub definition: &'a Definition,
@@ -40,6 +41,50 @@ pub struct Input<'a> {
     pub fallback_from: Option<&'a str>,
     /// Evaluations stop (with a diagnostic) after this instant.
     pub deadline: Option<Instant>,
+    /// What [`prepare`] computed for this definition and root version, if cached.
+    pub prepared: Option<&'a Prepared>,
+}
+
+/// What the root object alone determines — status and every component's instances, scale
+/// and per-pod request — so that a pod change re-resolves without re-evaluating the root.
+/// Valid for one definition (catalog generation) and one version of the root object.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    status: pb::Status,
+    specs: Vec<Vec<tree::InstanceSpec>>,
+    diagnostics: Vec<pb::Diagnostic>,
+}
+
+/// Evaluates everything that depends only on the definition and the root object.
+pub fn prepare(definition: &Definition, root: &Object, deadline: Option<Instant>) -> Prepared {
+    let input = Input {
+        definition,
+        generation: 0,
+        root,
+        pods: &[],
+        fallback_from: None,
+        deadline,
+        prepared: None,
+    };
+    let mut r = Resolver::new(&input);
+    if let Some(problem) = &root.problem {
+        r.diags.push(
+            ERROR,
+            code::OBJECT_UNREADABLE,
+            format!("workload object unreadable: {problem}"),
+            "",
+            "",
+        );
+    }
+    let status = r.status();
+    let specs = (0..definition.components.len())
+        .map(|c| r.extract(c))
+        .collect();
+    Prepared {
+        status,
+        specs,
+        diagnostics: r.diags.into_vec(),
+    }
 }
 
 /// A resolved workload and where each of its pods sits.
@@ -53,15 +98,32 @@ pub struct Resolution {
 
 /// Resolves one workload.
 pub fn resolve(input: &Input<'_>) -> Resolution {
+    let computed;
+    let prepared = match input.prepared {
+        Some(p) => p,
+        None => {
+            computed = prepare(input.definition, input.root, input.deadline);
+            &computed
+        }
+    };
     let mut r = Resolver::new(input);
-    if let Some(problem) = &input.root.problem {
-        r.diags.push(ERROR, code::OBJECT_UNREADABLE, format!("workload object unreadable: {problem}"), "", "");
+    for d in &prepared.diagnostics {
+        r.diags.push(
+            &d.severity,
+            &d.code,
+            d.message.clone(),
+            &d.component,
+            &d.expression,
+        );
     }
     if let Some(from) = input.fallback_from {
         r.diags.push(
             INFO,
             code::DEFINITION_FALLBACK,
-            format!("no definition for {from}; used `{}` for {}", input.definition.name, input.definition.root_kind),
+            format!(
+                "no definition for {from}; used `{}` for {}",
+                input.definition.name, input.definition.root_kind
+            ),
             "",
             "",
         );
@@ -69,19 +131,23 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
     for pod in input.pods {
         r.note_pod_problems(pod);
     }
-    let status = r.status();
-    let root_component = r.build_tree();
+    let status = prepared.status.clone();
+    let root_component = r.build_tree(&prepared.specs);
     let gang = r.gangs();
 
-    let mut pods = pb::PodCounts { desired: 0, current: 0, ready: 0 };
-    let mut desired = Amounts::default();
+    let mut pods = pb::PodCounts {
+        desired: 0,
+        current: 0,
+        ready: 0,
+    };
     if let Some(root) = root_component.as_ref() {
-        for instance in &root.instances {
-            let counts = instance.pods.unwrap_or_default();
-            pods.desired += counts.desired;
-        }
-        desired = r.root_desired.clone();
+        pods.desired = root
+            .instances
+            .iter()
+            .map(|i| i.pods.unwrap_or_default().desired)
+            .sum();
     }
+    let desired = std::mem::take(&mut r.root_desired);
     let mut current = Amounts::default();
     let mut unattributed = Vec::new();
     let mut placements = HashMap::new();
@@ -102,7 +168,10 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
             r.diags.push(
                 WARNING,
                 code::UNATTRIBUTED_POD,
-                format!("pod {} belongs to the workload but no component claims it", pod.meta.name),
+                format!(
+                    "pod {} belongs to the workload but no component claims it",
+                    pod.meta.name
+                ),
                 "",
                 "",
             );
@@ -129,13 +198,19 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
         revision: 0,
         status: Some(status),
         pods: Some(pods),
-        totals: Some(pb::Totals { desired: Some(desired.to_proto()), current: Some(current.to_proto()) }),
+        totals: Some(pb::Totals {
+            desired: Some(desired.to_proto()),
+            current: Some(current.to_proto()),
+        }),
         gang: Some(gang),
         components: root_component.into_iter().collect(),
         unattributed_pods: unattributed,
         diagnostics: r.diags.into_vec(),
     };
-    Resolution { workload, placements }
+    Resolution {
+        workload,
+        placements,
+    }
 }
 
 /// Strips a graph to its summary: no component tree, pod lists or gang members.
@@ -152,15 +227,30 @@ pub fn summarize(workload: &mut pb::Workload) {
 }
 
 /// One slot of the tree: a component instance (and replica) under one parent slot.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct Slot {
     component: usize,
+    instance_index: usize,
     instance: String,
     replica: String,
+    parent: Option<usize>,
+    children: Vec<usize>,
+    /// Pods that reached this slot (candidates for it and its children).
+    scope: Vec<usize>,
+    /// Pods this slot's component claimed here.
+    own: Vec<usize>,
+    /// Pods claimed here or below.
+    members: Vec<usize>,
+    own_desired: u32,
+    own_min: u32,
     /// Desired pods of this slot and everything below it.
     desired: u32,
     /// Gang minimum of this slot and everything below it.
     min: u32,
+    current: u32,
+    ready: u32,
+    desired_amounts: Amounts,
+    current_amounts: Amounts,
 }
 
 /// Mutable state of one resolution.
@@ -179,8 +269,6 @@ struct Resolver<'a> {
     slots: Vec<Slot>,
     /// For each claimed pod, the slots it sits in from the root down to its own.
     pod_slots: Vec<Vec<usize>>,
-    /// Slots from the root to the one being built.
-    slot_path: Vec<usize>,
     /// Desired resources of the whole workload.
     root_desired: Amounts,
 }
@@ -199,20 +287,29 @@ impl<'a> Resolver<'a> {
             pod_gang: vec![String::new(); n],
             slots: Vec::new(),
             pod_slots: vec![Vec::new(); n],
-            slot_path: Vec::new(),
             root_desired: Amounts::default(),
         }
     }
 
     fn note_pod_problems(&mut self, pod: &Pod) {
         if let Some(problem) = &pod.problem {
-            self.diags.push(WARNING, code::OBJECT_UNREADABLE, format!("pod {} unreadable: {problem}", pod.meta.name), "", "");
+            self.diags.push(
+                WARNING,
+                code::OBJECT_UNREADABLE,
+                format!("pod {} unreadable: {problem}", pod.meta.name),
+                "",
+                "",
+            );
         }
         if !pod.bad_quantities.is_empty() {
             self.diags.push(
                 WARNING,
                 code::BAD_QUANTITY,
-                format!("pod {}: unparseable quantities ignored: {}", pod.meta.name, pod.bad_quantities.join(", ")),
+                format!(
+                    "pod {}: unparseable quantities ignored: {}",
+                    pod.meta.name,
+                    pod.bad_quantities.join(", ")
+                ),
                 "",
                 "",
             );
@@ -221,7 +318,10 @@ impl<'a> Resolver<'a> {
             self.diags.push(
                 INFO,
                 code::DRA_CLAIMS,
-                format!("pod {} uses {} DRA resource claim(s); devices from claims are not counted", pod.meta.name, pod.resource_claims),
+                format!(
+                    "pod {} uses {} DRA resource claim(s); devices from claims are not counted",
+                    pod.meta.name, pod.resource_claims
+                ),
                 "",
                 "",
             );
@@ -229,7 +329,13 @@ impl<'a> Resolver<'a> {
     }
 
     /// Evaluates `expr` on `input`; errors become diagnostics and `None`.
-    fn eval_on(&mut self, expr: &Compiled, input: &Val, vars: &[Val], component: &str) -> Option<Vec<Val>> {
+    fn eval_on(
+        &mut self,
+        expr: &Compiled,
+        input: &Val,
+        vars: &[Val],
+        component: &str,
+    ) -> Option<Vec<Val>> {
         if self.expired {
             return None;
         }
@@ -237,7 +343,13 @@ impl<'a> Resolver<'a> {
             Ok(out) => Some(out),
             Err(EvalError::Deadline) => {
                 self.expired = true;
-                self.diags.push(ERROR, code::DEADLINE, "resolve deadline exceeded; the graph is partial", component, expr.source());
+                self.diags.push(
+                    ERROR,
+                    code::DEADLINE,
+                    "resolve deadline exceeded; the graph is partial",
+                    component,
+                    expr.source(),
+                );
                 None
             }
             Err(e) => {

@@ -25,7 +25,9 @@ pub fn controller_chain<'g>(start: &'g ObjectMeta, graph: &'g dyn OwnerGraph) ->
     let mut chain: Vec<&OwnerRef> = Vec::new();
     let mut current = start;
     while chain.len() < MAX_HOPS {
-        let Some(owner) = current.controller() else { break };
+        let Some(owner) = current.controller() else {
+            break;
+        };
         if owner.uid == start.uid || chain.iter().any(|o| o.uid == owner.uid) {
             break;
         }
@@ -40,7 +42,10 @@ pub fn controller_chain<'g>(start: &'g ObjectMeta, graph: &'g dyn OwnerGraph) ->
 
 /// True when the controller chain of `object` reaches `root_uid`.
 pub fn belongs_to(object: &ObjectMeta, root_uid: &str, graph: &dyn OwnerGraph) -> bool {
-    !root_uid.is_empty() && controller_chain(object, graph).iter().any(|o| o.uid == root_uid)
+    !root_uid.is_empty()
+        && controller_chain(object, graph)
+            .iter()
+            .any(|o| o.uid == root_uid)
 }
 
 /// Where an object's workload is rooted.
@@ -74,4 +79,22 @@ pub fn root_of(object: &ObjectMeta, graph: &dyn OwnerGraph, catalog: &Catalog) -
             }
         }
     }
+}
+
+/// The owner cycle above `start`, if its controller chain runs into one: the names around
+/// the cycle, for a warning.
+pub fn cycle_above(start: &ObjectMeta, graph: &dyn OwnerGraph) -> Option<Vec<String>> {
+    let mut seen: Vec<&str> = vec![start.uid.as_str()];
+    let mut names = vec![format!("{}/{}", start.kind, start.name)];
+    let mut current = start;
+    for _ in 0..MAX_HOPS {
+        let owner = current.controller()?;
+        names.push(format!("{}/{}", owner.kind, owner.name));
+        if seen.contains(&owner.uid.as_str()) {
+            return Some(names);
+        }
+        seen.push(owner.uid.as_str());
+        current = graph.meta(&owner.uid)?;
+    }
+    None
 }

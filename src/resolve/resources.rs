@@ -27,14 +27,22 @@ impl Amounts {
     /// `self` multiplied by `n`.
     pub fn times(&self, n: u32) -> Amounts {
         Amounts {
-            raw: self.raw.iter().map(|(k, v)| (k.clone(), v * i128::from(n))).collect(),
+            raw: self
+                .raw
+                .iter()
+                .map(|(k, v)| (k.clone(), v * i128::from(n)))
+                .collect(),
             gpu_fraction: self.gpu_fraction * f64::from(n),
         }
     }
 
     /// Whole-GPU equivalents.
     pub fn gpus(&self) -> f64 {
-        self.raw.iter().map(|(name, v)| gpu_weight(name) * (*v as f64 / 1000.0)).sum::<f64>() + self.gpu_fraction
+        self.raw
+            .iter()
+            .map(|(name, v)| gpu_weight(name) * (*v as f64 / 1000.0))
+            .sum::<f64>()
+            + self.gpu_fraction
     }
 
     /// The proto form.
@@ -124,9 +132,17 @@ pub fn format_quantity(name: &str, milli: i128) -> String {
         return format!("{milli}m");
     }
     let units = milli / 1000;
-    let memory_like = name == "memory" || name.contains("storage") || name.starts_with("hugepages-");
+    let memory_like =
+        name == "memory" || name.contains("storage") || name.starts_with("hugepages-");
     if memory_like && units != 0 {
-        for (suffix, size) in [("Ei", 1i128 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
+        for (suffix, size) in [
+            ("Ei", 1i128 << 60),
+            ("Pi", 1 << 50),
+            ("Ti", 1 << 40),
+            ("Gi", 1 << 30),
+            ("Mi", 1 << 20),
+            ("Ki", 1 << 10),
+        ] {
             if units % size == 0 {
                 return format!("{}{suffix}", units / size);
             }
@@ -157,7 +173,9 @@ fn resource_list(list: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<String, 
 /// What one container (or a bare `resources` block) requests: `requests`, each resource
 /// falling back to `limits` (the API server defaults requests from limits).
 fn requirements(resources: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<String, i128> {
-    let Some(resources) = resources else { return BTreeMap::new() };
+    let Some(resources) = resources else {
+        return BTreeMap::new();
+    };
     let mut requests = resource_list(get(resources, "requests"), bad);
     for (name, v) in resource_list(get(resources, "limits"), bad) {
         requests.entry(name).or_insert(v);

@@ -1,8 +1,8 @@
 //! Normalized status: phase and conditions extracted from the root object, matched against
 //! the definition's status mappings.
 
-use super::diagnostics::{code, WARNING};
 use super::Resolver;
+use super::diagnostics::{WARNING, code};
 use crate::definition::compile::{MatcherPlan, StatusKind};
 use crate::expr::value::{as_str, get, to_text};
 use crate::proto::v1 as pb;
@@ -13,10 +13,19 @@ use std::collections::HashMap;
 /// Suspending > Resuming > Degraded > Running > Initializing > Undefined.
 pub fn primary(matched: &[pb::Phase]) -> pb::Phase {
     use pb::Phase::*;
-    [Failed, Completed, Suspended, Suspending, Resuming, Degraded, Running, Initializing]
-        .into_iter()
-        .find(|p| matched.contains(p))
-        .unwrap_or(Undefined)
+    [
+        Failed,
+        Completed,
+        Suspended,
+        Suspending,
+        Resuming,
+        Degraded,
+        Running,
+        Initializing,
+    ]
+    .into_iter()
+    .find(|p| matched.contains(p))
+    .unwrap_or(Undefined)
 }
 
 fn phase_of(kind: StatusKind) -> pb::Phase {
@@ -38,7 +47,11 @@ impl Resolver<'_> {
         let def = self.def;
         let root = def.root();
         let Some(plan) = root.status.as_ref() else {
-            return pb::Status { phase: pb::Phase::Undefined as i32, matched: vec![pb::Phase::Undefined as i32], ..Default::default() };
+            return pb::Status {
+                phase: pb::Phase::Undefined as i32,
+                matched: vec![pb::Phase::Undefined as i32],
+                ..Default::default()
+            };
         };
         let name = root.name.as_str();
 
@@ -47,7 +60,13 @@ impl Resolver<'_> {
             .as_ref()
             .and_then(|p| self.eval_root(p, name))
             .and_then(|out| out.into_iter().next())
-            .map(|v| if matches!(v, Val::Null) { String::new() } else { to_text(&v) });
+            .map(|v| {
+                if matches!(v, Val::Null) {
+                    String::new()
+                } else {
+                    to_text(&v)
+                }
+            });
 
         let mut conditions: Vec<pb::Condition> = Vec::new();
         if let Some(c) = &plan.conditions {
@@ -59,7 +78,11 @@ impl Resolver<'_> {
                         self.diags.push(
                             WARNING,
                             code::BAD_VALUE,
-                            format!("{} should yield an array of conditions, got {}", c.path.path, to_text(other)),
+                            format!(
+                                "{} should yield an array of conditions, got {}",
+                                c.path.path,
+                                to_text(other)
+                            ),
                             name,
                             c.path.source(),
                         );
@@ -67,7 +90,8 @@ impl Resolver<'_> {
                     }
                 };
                 for item in &items {
-                    let field = |f: &str| get(item, f).and_then(as_str).unwrap_or_default().to_owned();
+                    let field =
+                        |f: &str| get(item, f).and_then(as_str).unwrap_or_default().to_owned();
                     let type_ = field(&c.type_field);
                     if type_.is_empty() {
                         continue;
@@ -82,7 +106,8 @@ impl Resolver<'_> {
             }
         }
         // Duplicate types: the last one wins, as upstream.
-        let by_type: HashMap<&str, &pb::Condition> = conditions.iter().map(|c| (c.r#type.as_str(), c)).collect();
+        let by_type: HashMap<&str, &pb::Condition> =
+            conditions.iter().map(|c| (c.r#type.as_str(), c)).collect();
 
         let mut matched = Vec::new();
         for (kind, matchers) in &plan.mappings {
@@ -109,27 +134,37 @@ impl Resolver<'_> {
         }
     }
 
-    fn matches(&mut self, m: &MatcherPlan, phase: Option<&str>, conditions: &HashMap<&str, &pb::Condition>, component: &str) -> bool {
-        if let Some(expected) = &m.by_phase {
-            if phase != Some(expected.as_str()) {
+    fn matches(
+        &mut self,
+        m: &MatcherPlan,
+        phase: Option<&str>,
+        conditions: &HashMap<&str, &pb::Condition>,
+        component: &str,
+    ) -> bool {
+        if let Some(expected) = &m.by_phase
+            && phase != Some(expected.as_str())
+        {
+            return false;
+        }
+        for expected in &m.by_conditions {
+            let Some(actual) = conditions.get(expected.type_.as_str()) else {
+                return false;
+            };
+            if let Some(s) = expected.status.as_deref().filter(|s| !s.is_empty())
+                && actual.status != s
+            {
+                return false;
+            }
+            if let Some(r) = expected.reason.as_deref().filter(|r| !r.is_empty())
+                && actual.reason != r
+            {
                 return false;
             }
         }
-        for expected in &m.by_conditions {
-            let Some(actual) = conditions.get(expected.type_.as_str()) else { return false };
-            if let Some(s) = expected.status.as_deref().filter(|s| !s.is_empty()) {
-                if actual.status != s {
-                    return false;
-                }
-            }
-            if let Some(r) = expected.reason.as_deref().filter(|r| !r.is_empty()) {
-                if actual.reason != r {
-                    return false;
-                }
-            }
-        }
         if let Some((expr, expected)) = &m.by_expression {
-            let first = self.eval_root(expr, component).and_then(|out| out.into_iter().next());
+            let first = self
+                .eval_root(expr, component)
+                .and_then(|out| out.into_iter().next());
             match first {
                 None | Some(Val::Null) => return false,
                 Some(v) => {

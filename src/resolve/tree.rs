@@ -7,7 +7,7 @@
 //! `group`), its count is shared evenly among those slots, so the slots add up to the
 //! whole.
 
-use super::diagnostics::{code, INFO, WARNING};
+use super::diagnostics::{INFO, WARNING, code};
 use super::resources::{self, Amounts};
 use super::{Resolver, Slot};
 use crate::definition::compile::{Compiled, PodSpecSource};
@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 
 /// What the root object says about one instance of a component.
 #[derive(Debug, Clone, Default)]
-struct InstanceSpec {
+pub(super) struct InstanceSpec {
     id: String,
     scale: pb::Scale,
     per_pod: Amounts,
@@ -39,23 +39,11 @@ struct PodFacts {
 }
 
 /// Per-resolution caches of the tree walk.
-struct Tree {
-    specs: Vec<Vec<InstanceSpec>>,
+struct Tree<'s> {
+    specs: &'s [Vec<InstanceSpec>],
     facts: Vec<Option<Vec<PodFacts>>>,
     /// The only pod-bearing component, if there is exactly one.
     sole: Option<usize>,
-}
-
-/// What a component contributes to its parent slot.
-#[derive(Default)]
-struct Built {
-    component: Option<pb::Component>,
-    desired: u32,
-    min: u32,
-    current: u32,
-    ready: u32,
-    desired_amounts: Amounts,
-    current_amounts: Amounts,
 }
 
 /// `total` shared among `of` places: the share of place `index` (remainders go first).
@@ -77,36 +65,305 @@ fn sort_keys(keys: BTreeSet<String>) -> Vec<String> {
 
 /// The proto view of one pod.
 pub(super) fn pod_info(pod: &Pod) -> pb::PodInfo {
-    pb::PodInfo {
-        name: pod.meta.name.clone(),
-        uid: pod.meta.uid.clone(),
-        node: pod.node.clone(),
-        phase: pod.phase.clone(),
-        ready: pod.ready,
-        resources: Some(pod.request.to_proto()),
-        reason: pod.reason.clone(),
-    }
+    pod.info.clone()
 }
 
 impl Resolver<'_> {
-    /// Builds the whole tree from the root component; records slots and pod placements.
-    pub(super) fn build_tree(&mut self) -> Option<pb::Component> {
+    /// Builds the whole tree; records slots, pod placements and roll-ups.
+    ///
+    /// Pass 1 walks components in order (parents before children) and creates every slot
+    /// under every parent slot, placing and claiming pods. Pass 2 shares each instance's
+    /// desired count among all of that instance's slots and rolls counts and resources up.
+    /// Pass 3 renders the proto tree.
+    pub(super) fn build_tree(&mut self, specs: &[Vec<InstanceSpec>]) -> Option<pb::Component> {
         let def = self.def;
-        let specs = (0..def.components.len()).map(|c| self.extract(c)).collect();
-        let pod_bearing: Vec<usize> = (0..def.components.len()).filter(|&c| def.components[c].pod_bearing()).collect();
+        let n = def.components.len();
+        let pod_bearing: Vec<usize> = (0..n)
+            .filter(|&c| def.components[c].pod_bearing())
+            .collect();
         let sole = match pod_bearing.as_slice() {
             [only] => Some(*only),
             _ => None,
         };
-        let mut tree = Tree { specs, facts: vec![None; def.components.len()], sole };
-        let scope: Vec<usize> = (0..self.pods.len()).collect();
-        let built = self.build(&mut tree, 0, &scope, 0, 1);
-        self.root_desired = built.desired_amounts;
-        built.component
+        let mut tree = Tree {
+            specs,
+            facts: vec![None; n],
+            sole,
+        };
+        let all_pods: Vec<usize> = (0..self.pods.len()).collect();
+        let mut slots_of: Vec<Vec<usize>> = vec![Vec::new(); n];
+
+        // Pass 1: slots and claims.
+        for c in 0..n {
+            self.facts(&mut tree, c);
+            let facts = tree.facts[c].take().unwrap_or_default();
+            let parents: Vec<Option<usize>> = match def.components[c].parent {
+                None => vec![None],
+                Some(p) => slots_of[p].iter().copied().map(Some).collect(),
+            };
+            let places = parents.len() as u32;
+            for (ordinal, parent) in parents.into_iter().enumerate() {
+                let scope = match parent {
+                    Some(ps) => self.slots[ps].scope.clone(),
+                    None => all_pods.clone(),
+                };
+                for k in 0..tree.specs[c].len() {
+                    for (key, pods) in
+                        self.slot_keys(&tree, c, k, &scope, &facts, places, ordinal as u32)
+                    {
+                        let id =
+                            self.new_slot(c, k, &tree.specs[c][k].id, key, parent, pods, &facts);
+                        slots_of[c].push(id);
+                    }
+                }
+            }
+            tree.facts[c] = Some(facts);
+        }
+
+        // Pass 2: desired counts shared over each instance's slots, then roll-ups.
+        for (c, component_slots) in slots_of.iter().enumerate() {
+            if !def.components[c].pod_bearing() {
+                continue;
+            }
+            for (k, inst) in tree.specs[c].iter().enumerate() {
+                let mine: Vec<usize> = component_slots
+                    .iter()
+                    .copied()
+                    .filter(|&s| self.slots[s].instance_index == k)
+                    .collect();
+                let count = mine.len() as u32;
+                for (i, s) in mine.into_iter().enumerate() {
+                    let slot = &mut self.slots[s];
+                    slot.own_desired = share(inst.desired, count, i as u32);
+                    slot.own_min = share(inst.min, count, i as u32);
+                    slot.desired_amounts = inst.per_pod.times(slot.own_desired);
+                }
+            }
+        }
+        for s in (0..self.slots.len()).rev() {
+            let slot = &mut self.slots[s];
+            slot.desired += slot.own_desired;
+            slot.min += slot.own_min;
+            let own = std::mem::take(&mut slot.own);
+            for &p in &own {
+                let pod = self.pods[p];
+                let slot = &mut self.slots[s];
+                slot.current += u32::from(!pod.terminal());
+                slot.ready += u32::from(pod.ready);
+                if pod.holds_resources() {
+                    slot.current_amounts.add(&pod.request);
+                }
+            }
+            self.slots[s].own = own;
+            if let Some(parent) = self.slots[s].parent {
+                let (d, m, cur, rdy) = {
+                    let slot = &self.slots[s];
+                    (slot.desired, slot.min, slot.current, slot.ready)
+                };
+                let (da, ca) = {
+                    let slot = &self.slots[s];
+                    (slot.desired_amounts.clone(), slot.current_amounts.clone())
+                };
+                let up = &mut self.slots[parent];
+                up.desired += d;
+                up.min += m;
+                up.current += cur;
+                up.ready += rdy;
+                up.desired_amounts.add(&da);
+                up.current_amounts.add(&ca);
+            }
+        }
+        for &s in &slots_of[0] {
+            let slot = &self.slots[s];
+            self.root_desired.add(&slot.desired_amounts);
+        }
+
+        // Pass 3: the proto tree.
+        let instances = slots_of[0]
+            .iter()
+            .map(|&s| self.instance_proto(&tree, s))
+            .collect();
+        Some(self.component_proto(0, instances))
+    }
+
+    /// The replica keys of instance `k` of component `c` under one parent slot, each with
+    /// the pods of `scope` that fall into it.
+    #[allow(clippy::too_many_arguments)]
+    fn slot_keys(
+        &self,
+        tree: &Tree<'_>,
+        c: usize,
+        k: usize,
+        scope: &[usize],
+        facts: &[PodFacts],
+        places: u32,
+        ordinal: u32,
+    ) -> Vec<(String, Vec<usize>)> {
+        let comp = &self.def.components[c];
+        let inst = &tree.specs[c][k];
+        let inst_pods: Vec<usize> = scope
+            .iter()
+            .copied()
+            .filter(|&p| {
+                comp.instance_selector.is_none()
+                    || facts[p].instance.as_deref() == Some(inst.id.as_str())
+            })
+            .collect();
+        if comp.replica_selector.is_none() {
+            return vec![(String::new(), inst_pods)];
+        }
+        let mut keys: BTreeSet<String> = inst_pods
+            .iter()
+            .filter_map(|&p| facts[p].replica.clone())
+            .collect();
+        if !comp.pod_bearing() {
+            for r in 0..share(inst.desired, places, ordinal) {
+                keys.insert(r.to_string());
+            }
+        }
+        let keyless: Vec<usize> = inst_pods
+            .iter()
+            .copied()
+            .filter(|&p| facts[p].replica.is_none())
+            .collect();
+        let mut out: Vec<(String, Vec<usize>)> = sort_keys(keys)
+            .into_iter()
+            .map(|key| {
+                let pods = inst_pods
+                    .iter()
+                    .copied()
+                    .filter(|&p| facts[p].replica.as_deref() == Some(key.as_str()))
+                    .collect();
+                (key, pods)
+            })
+            .collect();
+        if out.is_empty() || !keyless.is_empty() {
+            out.push((String::new(), keyless));
+        }
+        out
+    }
+
+    /// Creates a slot and lets a pod-bearing component claim its pods.
+    #[allow(clippy::too_many_arguments)]
+    fn new_slot(
+        &mut self,
+        c: usize,
+        k: usize,
+        id: &str,
+        replica: String,
+        parent: Option<usize>,
+        scope: Vec<usize>,
+        facts: &[PodFacts],
+    ) -> usize {
+        let slot_id = self.slots.len();
+        let comp = &self.def.components[c];
+        let mut own = Vec::new();
+        if comp.pod_bearing() {
+            for &p in &scope {
+                if self.claimed[p].is_none() && facts[p].type_ok {
+                    self.claimed[p] = Some(pb::PodPlacement {
+                        component: comp.name.clone(),
+                        instance: id.to_owned(),
+                        replica: replica.clone(),
+                        gang_group: String::new(),
+                    });
+                    let mut path = vec![slot_id];
+                    let mut at = parent;
+                    while let Some(s) = at {
+                        path.push(s);
+                        at = self.slots[s].parent;
+                    }
+                    path.reverse();
+                    for &s in &path[..path.len() - 1] {
+                        self.slots[s].members.push(p);
+                    }
+                    self.pod_slots[p] = path;
+                    own.push(p);
+                }
+            }
+        }
+        let members = own.clone();
+        self.slots.push(Slot {
+            component: c,
+            instance_index: k,
+            instance: id.to_owned(),
+            replica,
+            parent,
+            scope,
+            own,
+            members,
+            ..Slot::default()
+        });
+        if let Some(p) = parent {
+            self.slots[p].children.push(slot_id);
+        }
+        slot_id
+    }
+
+    fn component_proto(&self, c: usize, instances: Vec<pb::Instance>) -> pb::Component {
+        let comp = &self.def.components[c];
+        pb::Component {
+            name: comp.name.clone(),
+            kind: comp.kind.as_ref().map(|k| pb::GroupVersionKind {
+                group: k.group.clone(),
+                version: k.version.clone(),
+                kind: k.kind.clone(),
+            }),
+            instances,
+        }
+    }
+
+    /// Renders slot `s` and everything below it; empty plumbing components are dropped.
+    fn instance_proto(&self, tree: &Tree<'_>, s: usize) -> pb::Instance {
+        let slot = &self.slots[s];
+        let comp = &self.def.components[slot.component];
+        let inst = &tree.specs[slot.component][slot.instance_index];
+        let mut children = Vec::new();
+        for &child in &comp.children {
+            let child_slots: Vec<usize> = slot
+                .children
+                .iter()
+                .copied()
+                .filter(|&x| self.slots[x].component == child)
+                .collect();
+            let instances: Vec<pb::Instance> = child_slots
+                .iter()
+                .map(|&x| self.instance_proto(tree, x))
+                .collect();
+            let keep = self.def.components[child].pod_bearing()
+                || instances.iter().any(|i| {
+                    !i.children.is_empty()
+                        || !i.pod_list.is_empty()
+                        || i.pods.is_some_and(|p| p.desired > 0 || p.current > 0)
+                });
+            if keep {
+                children.push(self.component_proto(child, instances));
+            }
+        }
+        let mut pod_list: Vec<pb::PodInfo> =
+            slot.own.iter().map(|&p| pod_info(self.pods[p])).collect();
+        pod_list.sort_by(|a, b| a.name.cmp(&b.name));
+        pb::Instance {
+            id: slot.instance.clone(),
+            replica: slot.replica.clone(),
+            scale: Some(inst.scale),
+            pods: Some(pb::PodCounts {
+                desired: slot.desired,
+                current: slot.current,
+                ready: slot.ready,
+            }),
+            per_pod: comp.pod_bearing().then(|| inst.per_pod.to_proto()),
+            totals: Some(pb::Totals {
+                desired: Some(slot.desired_amounts.to_proto()),
+                current: Some(slot.current_amounts.to_proto()),
+            }),
+            pod_list,
+            children,
+        }
     }
 
     /// Extracts the instances of component `c` from the root object.
-    fn extract(&mut self, c: usize) -> Vec<InstanceSpec> {
+    pub(super) fn extract(&mut self, c: usize) -> Vec<InstanceSpec> {
         let comp = &self.def.components[c];
         let name = comp.name.as_str();
         let ids: Vec<String> = match &comp.instance_ids {
@@ -114,11 +371,27 @@ impl Resolver<'_> {
             Some(expr) => {
                 let mut ids: Vec<String> = Vec::new();
                 for v in self.eval_root(expr, name).unwrap_or_default() {
-                    let id = if matches!(v, Val::Null) { String::new() } else { to_text(&v) };
+                    let id = if matches!(v, Val::Null) {
+                        String::new()
+                    } else {
+                        to_text(&v)
+                    };
                     if id.is_empty() {
-                        self.diags.push(WARNING, code::BAD_VALUE, "instance id path yielded an empty id; skipped", name, expr.source());
+                        self.diags.push(
+                            WARNING,
+                            code::BAD_VALUE,
+                            "instance id path yielded an empty id; skipped",
+                            name,
+                            expr.source(),
+                        );
                     } else if ids.contains(&id) {
-                        self.diags.push(WARNING, code::BAD_VALUE, format!("duplicate instance id `{id}`; merged"), name, expr.source());
+                        self.diags.push(
+                            WARNING,
+                            code::BAD_VALUE,
+                            format!("duplicate instance id `{id}`; merged"),
+                            name,
+                            expr.source(),
+                        );
                     } else {
                         ids.push(id);
                     }
@@ -135,7 +408,11 @@ impl Resolver<'_> {
         ids.into_iter()
             .enumerate()
             .map(|(i, id)| {
-                let scale = pb::Scale { replicas: replicas[i], min_replicas: min[i], max_replicas: max[i] };
+                let scale = pb::Scale {
+                    replicas: replicas[i],
+                    min_replicas: min[i],
+                    max_replicas: max[i],
+                };
                 let (per_pod, present) = specs[i].clone();
                 let declared = scale.replicas.or(scale.min_replicas);
                 let desired = if pod_bearing && !present {
@@ -157,7 +434,13 @@ impl Resolver<'_> {
                     Some(m) if m > 0 && pod_bearing && present => m as u32,
                     _ => desired,
                 };
-                InstanceSpec { id, scale, per_pod, desired, min }
+                InstanceSpec {
+                    id,
+                    scale,
+                    per_pod,
+                    desired,
+                    min,
+                }
             })
             .collect()
     }
@@ -169,7 +452,11 @@ impl Resolver<'_> {
             self.diags.push(
                 WARNING,
                 code::COUNT_MISMATCH,
-                format!("{} yielded {} values for {count} instance(s); matched by position", expr.path, out.len()),
+                format!(
+                    "{} yielded {} values for {count} instance(s); matched by position",
+                    expr.path,
+                    out.len()
+                ),
                 component,
                 expr.source(),
             );
@@ -179,8 +466,15 @@ impl Resolver<'_> {
         out
     }
 
-    fn positional_scale(&mut self, expr: Option<&Compiled>, count: usize, component: &str) -> Vec<Option<i32>> {
-        let Some(expr) = expr else { return vec![None; count] };
+    fn positional_scale(
+        &mut self,
+        expr: Option<&Compiled>,
+        count: usize,
+        component: &str,
+    ) -> Vec<Option<i32>> {
+        let Some(expr) = expr else {
+            return vec![None; count];
+        };
         let values = self.positional(expr, count, component);
         values
             .into_iter()
@@ -192,12 +486,18 @@ impl Resolver<'_> {
                         _ => as_str(&v).and_then(|s| s.trim().parse::<f64>().ok()),
                     };
                     match n {
-                        Some(n) if n.fract() == 0.0 && n.abs() <= f64::from(i32::MAX) => Some(n as i32),
+                        Some(n) if n.fract() == 0.0 && n.abs() <= f64::from(i32::MAX) => {
+                            Some(n as i32)
+                        }
                         _ => {
                             self.diags.push(
                                 WARNING,
                                 code::BAD_VALUE,
-                                format!("{} yielded `{}`, not a whole number", expr.path, to_text(&v)),
+                                format!(
+                                    "{} yielded `{}`, not a whole number",
+                                    expr.path,
+                                    to_text(&v)
+                                ),
                                 component,
                                 expr.source(),
                             );
@@ -223,7 +523,8 @@ impl Resolver<'_> {
                 .map(|t| match t {
                     None | Some(Val::Null) => (Amounts::default(), false),
                     Some(t) => {
-                        claims += get_path(&t, &["spec", "resourceClaims"]).map_or(0, |c| as_array(c).len());
+                        claims += get_path(&t, &["spec", "resourceClaims"])
+                            .map_or(0, |c| as_array(c).len());
                         (resources::pod_amounts(&t, &mut bad), true)
                     }
                 })
@@ -242,13 +543,27 @@ impl Resolver<'_> {
                         Some(s) => {
                             claims += get(&s, "resourceClaims").map_or(0, |c| as_array(c).len());
                             let raw = resources::pod_spec_request(&s, &mut bad);
-                            let fraction = resources::gpu_fraction(m.as_ref().and_then(|m| get(m, "annotations")));
-                            (Amounts { raw, gpu_fraction: fraction }, true)
+                            let fraction = resources::gpu_fraction(
+                                m.as_ref().and_then(|m| get(m, "annotations")),
+                            );
+                            (
+                                Amounts {
+                                    raw,
+                                    gpu_fraction: fraction,
+                                },
+                                true,
+                            )
                         }
                     })
                     .collect()
             }
-            Some(PodSpecSource::Fragmented { resources: res, containers, container, resource_claims, annotations }) => {
+            Some(PodSpecSource::Fragmented {
+                resources: res,
+                containers,
+                container,
+                resource_claims,
+                annotations,
+            }) => {
                 let mut column = |e: &Option<Compiled>| match e {
                     Some(e) => self.positional(e, count, name),
                     None => vec![None; count],
@@ -262,24 +577,47 @@ impl Resolver<'_> {
                     .map(|i| {
                         claims += claim_lists[i].as_ref().map_or(0, |c| as_array(c).len());
                         let list = containers[i].as_ref().map(as_array).unwrap_or_default();
-                        let raw = resources::fragmented_request(res[i].as_ref(), list, container[i].as_ref(), &mut bad);
+                        let raw = resources::fragmented_request(
+                            res[i].as_ref(),
+                            list,
+                            container[i].as_ref(),
+                            &mut bad,
+                        );
                         let fraction = resources::gpu_fraction(annotations[i].as_ref());
-                        (Amounts { raw, gpu_fraction: fraction }, true)
+                        (
+                            Amounts {
+                                raw,
+                                gpu_fraction: fraction,
+                            },
+                            true,
+                        )
                     })
                     .collect()
             }
         };
         if !bad.is_empty() {
-            self.diags.push(WARNING, code::BAD_QUANTITY, format!("unparseable quantities ignored: {}", bad.join(", ")), name, "");
+            self.diags.push(
+                WARNING,
+                code::BAD_QUANTITY,
+                format!("unparseable quantities ignored: {}", bad.join(", ")),
+                name,
+                "",
+            );
         }
         if claims > 0 {
-            self.diags.push(INFO, code::DRA_CLAIMS, "pod spec uses DRA resource claims; devices from claims are not counted", name, "");
+            self.diags.push(
+                INFO,
+                code::DRA_CLAIMS,
+                "pod spec uses DRA resource claims; devices from claims are not counted",
+                name,
+                "",
+            );
         }
         result
     }
 
     /// Computes (once) what component `c`'s selectors say about every pod.
-    fn facts(&mut self, tree: &mut Tree, c: usize) {
+    fn facts(&mut self, tree: &mut Tree<'_>, c: usize) {
         if tree.facts[c].is_some() {
             return;
         }
@@ -299,10 +637,14 @@ impl Resolver<'_> {
                         && match &sel.key_path {
                             None => true,
                             Some(expr) => {
-                                let out = self.eval_on(expr, &pod.value, &[], name).unwrap_or_default();
+                                let out = self
+                                    .eval_on(expr, &pod.value, &[], name)
+                                    .unwrap_or_default();
                                 match &sel.value {
                                     None => out.iter().any(|v| !matches!(v, Val::Null)),
-                                    Some(want) => out.iter().any(|v| !matches!(v, Val::Null) && to_text(v) == *want),
+                                    Some(want) => out
+                                        .iter()
+                                        .any(|v| !matches!(v, Val::Null) && to_text(v) == *want),
                                 }
                             }
                         }
@@ -316,150 +658,12 @@ impl Resolver<'_> {
                 Some(e) => self.pod_key(e, i, name),
                 None => None,
             };
-            facts.push(PodFacts { type_ok, instance, replica });
+            facts.push(PodFacts {
+                type_ok,
+                instance,
+                replica,
+            });
         }
         tree.facts[c] = Some(facts);
-    }
-
-    /// Builds component `c` under one parent slot. `scope` holds the pods that reached this
-    /// slot; the parent slot is place `ordinal` of `places` places the component appears in.
-    fn build(&mut self, tree: &mut Tree, c: usize, scope: &[usize], ordinal: u32, places: u32) -> Built {
-        self.facts(tree, c);
-        let def = self.def;
-        let comp = &def.components[c];
-        let facts = tree.facts[c].clone().unwrap_or_default();
-        let pod_bearing = comp.pod_bearing();
-
-        // Slots: (instance index, replica key, pods, index within the instance, slots of the instance).
-        let mut slots: Vec<(usize, String, Vec<usize>, u32, u32)> = Vec::new();
-        for (k, inst) in tree.specs[c].iter().enumerate() {
-            let inst_pods: Vec<usize> = scope
-                .iter()
-                .copied()
-                .filter(|&p| comp.instance_selector.is_none() || facts[p].instance.as_deref() == Some(inst.id.as_str()))
-                .collect();
-            if comp.replica_selector.is_none() {
-                slots.push((k, String::new(), inst_pods, 0, 1));
-                continue;
-            }
-            let mut keys: BTreeSet<String> = inst_pods.iter().filter_map(|&p| facts[p].replica.clone()).collect();
-            if !pod_bearing {
-                for r in 0..share(inst.desired, places, ordinal) {
-                    keys.insert(r.to_string());
-                }
-            }
-            let keys = sort_keys(keys);
-            if keys.is_empty() {
-                slots.push((k, String::new(), Vec::new(), 0, 1));
-            }
-            let n = keys.len() as u32;
-            for (j, key) in keys.into_iter().enumerate() {
-                let pods = inst_pods.iter().copied().filter(|&p| facts[p].replica.as_deref() == Some(key.as_str())).collect();
-                slots.push((k, key, pods, j as u32, n));
-            }
-        }
-
-        let total = slots.len() as u32;
-        let mut built = Built::default();
-        let mut instances = Vec::new();
-        let mut any_kept_child = false;
-        for (s, (k, key, slot_pods, index_in_instance, instance_slots)) in slots.into_iter().enumerate() {
-            let inst = tree.specs[c][k].clone();
-            let slot_id = self.slots.len();
-            self.slots.push(Slot { component: c, instance: inst.id.clone(), replica: key.clone(), desired: 0, min: 0 });
-            self.slot_path.push(slot_id);
-
-            let (own_desired, own_min) = if pod_bearing {
-                let d = share(share(inst.desired, places, ordinal), instance_slots, index_in_instance);
-                let m = share(share(inst.min, places, ordinal), instance_slots, index_in_instance);
-                (d, m)
-            } else {
-                (0, 0)
-            };
-            let mut own: Vec<usize> = Vec::new();
-            if pod_bearing {
-                for &p in &slot_pods {
-                    if self.claimed[p].is_none() && facts[p].type_ok {
-                        self.claimed[p] = Some(pb::PodPlacement {
-                            component: comp.name.clone(),
-                            instance: inst.id.clone(),
-                            replica: key.clone(),
-                            gang_group: String::new(),
-                        });
-                        self.pod_slots[p] = self.slot_path.clone();
-                        own.push(p);
-                    }
-                }
-            }
-
-            let mut desired = own_desired;
-            let mut min = own_min;
-            let mut current = 0;
-            let mut ready = 0;
-            let mut desired_amounts = inst.per_pod.times(own_desired);
-            let mut current_amounts = Amounts::default();
-            for &p in &own {
-                let pod = self.pods[p];
-                current += u32::from(!pod.terminal());
-                ready += u32::from(pod.ready);
-                if pod.holds_resources() {
-                    current_amounts.add(&pod.request);
-                }
-            }
-            let mut children = Vec::new();
-            for &ch in &comp.children {
-                let child = self.build(tree, ch, &slot_pods, ordinal * total + s as u32, places * total);
-                desired += child.desired;
-                min += child.min;
-                current += child.current;
-                ready += child.ready;
-                desired_amounts.add(&child.desired_amounts);
-                current_amounts.add(&child.current_amounts);
-                if let Some(component) = child.component {
-                    children.push(component);
-                    any_kept_child = true;
-                }
-            }
-            self.slot_path.pop();
-            self.slots[slot_id].desired = desired;
-            self.slots[slot_id].min = min;
-            built.desired += desired;
-            built.min += min;
-            built.current += current;
-            built.ready += ready;
-            built.desired_amounts.add(&desired_amounts);
-            built.current_amounts.add(&current_amounts);
-
-            let mut pod_list: Vec<pb::PodInfo> = own.iter().map(|&p| pod_info(self.pods[p])).collect();
-            pod_list.sort_by(|a, b| a.name.cmp(&b.name));
-            instances.push(pb::Instance {
-                id: inst.id.clone(),
-                replica: key,
-                scale: Some(inst.scale.clone()),
-                pods: Some(pb::PodCounts { desired, current, ready }),
-                per_pod: pod_bearing.then(|| inst.per_pod.to_proto()),
-                totals: Some(pb::Totals {
-                    desired: Some(desired_amounts.to_proto()),
-                    current: Some(current_amounts.to_proto()),
-                }),
-                pod_list,
-                children,
-            });
-        }
-
-        let empty = built.desired == 0 && built.current == 0 && instances.iter().all(|i| i.pod_list.is_empty());
-        let keep = c == 0 || pod_bearing || any_kept_child || !empty;
-        if keep {
-            built.component = Some(pb::Component {
-                name: comp.name.clone(),
-                kind: comp.kind.as_ref().map(|k| pb::GroupVersionKind {
-                    group: k.group.clone(),
-                    version: k.version.clone(),
-                    kind: k.kind.clone(),
-                }),
-                instances,
-            });
-        }
-        built
     }
 }

@@ -16,15 +16,23 @@ pub fn catalog() -> Catalog {
 
 /// Path of a fixture under `tests/fixtures/engine`.
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/engine").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/engine")
+        .join(name)
 }
 
 /// Resolves `target` (or the only root) from one fixture file with `catalog`.
 pub fn resolve_with(catalog: &Catalog, file: &str, target: Option<&str>) -> Resolution {
     let snapshot = Snapshot::load(&[fixture(file)], Limits::default()).expect("fixture loads");
-    let root = snapshot.select(catalog, target, None).expect("workload found");
+    let root = snapshot
+        .select(catalog, target, None)
+        .expect("workload found");
     snapshot
-        .resolve(catalog, &root, Some(Instant::now() + Duration::from_secs(10)))
+        .resolve(
+            catalog,
+            &root,
+            Some(Instant::now() + Duration::from_secs(10)),
+        )
         .expect("resolves")
 }
 
@@ -68,7 +76,10 @@ pub fn pods(w: &pb::Workload) -> pb::PodCounts {
 /// (desired, held) GPUs of a workload.
 pub fn gpus(w: &pb::Workload) -> (f64, f64) {
     let t = w.totals.clone().expect("totals");
-    (t.desired.expect("desired").gpus, t.current.expect("current").gpus)
+    (
+        t.desired.expect("desired").gpus,
+        t.current.expect("current").gpus,
+    )
 }
 
 /// The primary phase.
@@ -92,7 +103,11 @@ pub fn kartograf(args: &[&str]) -> Output {
 
 /// Writes `text` to a fresh file in a temp folder and returns its path.
 pub fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kartograf-test-{}-{}", std::process::id(), unique()));
+    let dir = std::env::temp_dir().join(format!(
+        "kartograf-test-{}-{}",
+        std::process::id(),
+        unique()
+    ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(name);
     std::fs::write(&path, text).expect("temp file");

@@ -2,9 +2,9 @@
 //! upstream-shaped definitions load unchanged; layering and version fallback.
 
 use crate::common::*;
-use kartograf::definition::catalog::{load_embedded, load_path, Catalog};
-use kartograf::definition::load::parse_text;
 use kartograf::definition::Definition;
+use kartograf::definition::catalog::{Catalog, load_embedded, load_path};
+use kartograf::definition::load::parse_text;
 
 fn compile(text: &str) -> Result<Definition, Vec<kartograf::definition::DefinitionError>> {
     let (mut parsed, errors) = parse_text(text, "test.yaml");
@@ -70,40 +70,81 @@ fn structural_rules() {
     };
     let dup = base("", "      - {name: root, ownerRef: root}\n");
     assert!(compile(&dup).unwrap_err()[0].message.contains("not unique"));
-    let cycle = base("", "      - {name: a, ownerRef: b}\n      - {name: b, ownerRef: a}\n");
-    assert!(compile(&cycle).unwrap_err().iter().any(|e| e.message.contains("cycle")));
+    let cycle = base(
+        "",
+        "      - {name: a, ownerRef: b}\n      - {name: b, ownerRef: a}\n",
+    );
+    assert!(
+        compile(&cycle)
+            .unwrap_err()
+            .iter()
+            .any(|e| e.message.contains("cycle"))
+    );
     let two_specs = base(
         "      specDefinition: {podTemplateSpecPath: .a, podSpecPath: .b}\n",
         "      []\n",
     );
-    assert!(compile(&two_specs).unwrap_err()[0].message.contains("multiple pod spec definitions"));
-    let selector_without_pods = base("", "      - {name: c, ownerRef: root, podSelector: {componentTypeSelector: {keyPath: .x}}}\n");
-    assert!(compile(&selector_without_pods).unwrap_err()[0].message.contains("pod selector but neither it nor its children"));
-    let ok = base("", "      - {name: c, ownerRef: root, specDefinition: {podSpecPath: .spec}, podSelector: {componentTypeSelector: {keyPath: .x, value: 1}}}\n");
+    assert!(
+        compile(&two_specs).unwrap_err()[0]
+            .message
+            .contains("multiple pod spec definitions")
+    );
+    let selector_without_pods = base(
+        "",
+        "      - {name: c, ownerRef: root, podSelector: {componentTypeSelector: {keyPath: .x}}}\n",
+    );
+    assert!(
+        compile(&selector_without_pods).unwrap_err()[0]
+            .message
+            .contains("pod selector but neither it nor its children")
+    );
+    let ok = base(
+        "",
+        "      - {name: c, ownerRef: root, specDefinition: {podSpecPath: .spec}, podSelector: {componentTypeSelector: {keyPath: .x, value: 1}}}\n",
+    );
     let def = compile(&ok).expect("valid");
-    assert_eq!(def.name, "x-io-x-v1", "name derived from the root kind when metadata.name is empty");
+    assert_eq!(
+        def.name, "x-io-x-v1",
+        "name derived from the root kind when metadata.name is empty"
+    );
     assert_eq!(def.pod_bearing_count(), 1);
 }
 
 #[test]
 fn wrong_api_version_and_wrong_field_types_are_named() {
-    let (_, errors) = parse_text("apiVersion: run.ai/v1alpha1\nkind: Karta\nspec:\n  structureDefinition:\n    rootComponent: [1]\n", "f.yaml");
+    let (_, errors) = parse_text(
+        "apiVersion: run.ai/v1alpha1\nkind: Karta\nspec:\n  structureDefinition:\n    rootComponent: [1]\n",
+        "f.yaml",
+    );
     assert_eq!(errors.len(), 1);
-    assert!(errors[0].path.contains("spec.structureDefinition.rootComponent"), "{errors:?}");
+    assert!(
+        errors[0]
+            .path
+            .contains("spec.structureDefinition.rootComponent"),
+        "{errors:?}"
+    );
     let text = "apiVersion: v1\nkind: Nope\nspec:\n  structureDefinition:\n    rootComponent: {name: r, kind: {group: a.b, version: v1, kind: R}, statusDefinition: {statusMappings: {}}}\n";
     let errors = compile(text).unwrap_err();
-    assert!(errors.iter().any(|e| e.path == "apiVersion") && errors.iter().any(|e| e.path == "kind"));
+    assert!(
+        errors.iter().any(|e| e.path == "apiVersion") && errors.iter().any(|e| e.path == "kind")
+    );
 }
 
 #[test]
 fn both_gang_formats_load_and_v2_wins() {
-    let text = std::fs::read_to_string(fixture("../../../tests/engine/data/definitions/jobset-per-replicatedjob.yaml")).unwrap();
+    let text = std::fs::read_to_string(fixture(
+        "../../../tests/engine/data/definitions/jobset-per-replicatedjob.yaml",
+    ))
+    .unwrap();
     let with_v2 = text.replace(
         "    gangScheduling:\n",
         "    gangScheduling:\n      podGroup:\n        name: whole\n        subGroups: [{componentName: replicatedjob}]\n",
     );
     let def = compile(&with_v2).expect("valid");
-    assert!(matches!(def.gang, Some(kartograf::definition::compile::GangPlan::PodGroup(_))));
+    assert!(matches!(
+        def.gang,
+        Some(kartograf::definition::compile::GangPlan::PodGroup(_))
+    ));
 }
 
 #[test]
@@ -124,8 +165,22 @@ spec:
           failed: [{byConditions: [{type: Progressing, status: "False", reason: ProgressDeadlineExceeded}]}]
 "#;
     let def = compile(text).unwrap();
-    let plan = def.root().status.as_ref().unwrap().conditions.as_ref().unwrap();
-    assert_eq!((plan.type_field.as_str(), plan.status_field.as_str(), plan.reason_field.as_str()), ("type", "status", "reason"));
+    let plan = def
+        .root()
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (
+            plan.type_field.as_str(),
+            plan.status_field.as_str(),
+            plan.reason_field.as_str()
+        ),
+        ("type", "status", "reason")
+    );
 }
 
 #[test]
@@ -142,20 +197,32 @@ fn the_embedded_catalog_is_valid_and_upstream_shaped_files_load() {
     assert!(errors.is_empty(), "{errors:?}");
     assert!(defs.len() >= 7);
     let (defs, errors) = load_path(&fixture("../../../tests/engine/data/definitions"));
-    assert!(errors.is_empty(), "{} errors, first: {:?}", errors.len(), errors.first());
+    assert!(
+        errors.is_empty(),
+        "{} errors, first: {:?}",
+        errors.len(),
+        errors.first()
+    );
     assert_eq!(defs.len(), 2);
 }
 
 #[test]
 fn a_directory_overrides_the_embedded_definition_and_versions_fall_back() {
     let (embedded, _) = load_embedded();
-    let (extra, _) = load_path(&fixture("../../../tests/engine/data/definitions/jobset-per-replicatedjob.yaml"));
+    let (extra, _) = load_path(&fixture(
+        "../../../tests/engine/data/definitions/jobset-per-replicatedjob.yaml",
+    ));
     let catalog = Catalog::from_layers(2, [embedded, extra]);
-    let exact = catalog.lookup("jobset.x-k8s.io/v1alpha2", "JobSet").unwrap();
+    let exact = catalog
+        .lookup("jobset.x-k8s.io/v1alpha2", "JobSet")
+        .unwrap();
     assert_eq!(exact.definition.name, "test-jobset-per-rj");
     assert!(exact.fallback_from.is_none());
     let other = catalog.lookup("jobset.x-k8s.io/v1beta1", "JobSet").unwrap();
-    assert_eq!(other.fallback_from.as_deref(), Some("jobset.x-k8s.io/v1beta1/JobSet"));
+    assert_eq!(
+        other.fallback_from.as_deref(),
+        Some("jobset.x-k8s.io/v1beta1/JobSet")
+    );
     assert!(catalog.lookup("example.com/v1", "JobSet").is_none());
     assert!(catalog.covers("batch", "Job") && catalog.is_child_kind("batch", "Job"));
 }

@@ -2,15 +2,17 @@
 //! alpha per-instance scoping, and the `minMemberPath` extension.
 
 use crate::common::*;
-use kartograf::definition::catalog::{load_path, Catalog};
+use kartograf::definition::catalog::{Catalog, load_path};
 use kartograf::expr::Limits;
 use kartograf::proto::v1 as pb;
 use kartograf::snapshot::Snapshot;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::path::PathBuf;
 
 fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/engine/data/definitions").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/engine/data/definitions")
+        .join(name)
 }
 
 fn catalog_with(file: &str) -> Catalog {
@@ -25,7 +27,14 @@ fn owner(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
     json!([{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": true}])
 }
 
-fn gpu_pod(name: &str, uid: &str, owners: Value, labels: Value, annotations: Value, node: &str) -> Value {
+fn gpu_pod(
+    name: &str,
+    uid: &str,
+    owners: Value,
+    labels: Value,
+    annotations: Value,
+    node: &str,
+) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "ml", "uid": uid, "labels": labels,
@@ -55,7 +64,14 @@ fn lws_snapshot() -> Snapshot {
         let common = json!({"leaderworkerset.sigs.k8s.io/name": "vllm", "leaderworkerset.sigs.k8s.io/group-index": g.to_string()});
         let mut leader_labels = common.clone();
         leader_labels["leaderworkerset.sigs.k8s.io/worker-index"] = json!("0");
-        docs.push(gpu_pod(&leader, &format!("leader-{g}"), owner("apps/v1", "StatefulSet", "vllm", "sts-leader"), leader_labels, json!({"leaderworkerset.sigs.k8s.io/size": "2"}), "n1"));
+        docs.push(gpu_pod(
+            &leader,
+            &format!("leader-{g}"),
+            owner("apps/v1", "StatefulSet", "vllm", "sts-leader"),
+            leader_labels,
+            json!({"leaderworkerset.sigs.k8s.io/size": "2"}),
+            "n1",
+        ));
         docs.push(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
                "metadata": {"name": leader, "namespace": "ml", "uid": format!("sts-workers-{g}"),
                             "ownerReferences": owner("v1", "Pod", &leader, &format!("leader-{g}"))}}));
@@ -82,17 +98,42 @@ fn leaderworkerset_readme_one_gang_per_group_of_size() {
     let catalog = catalog_with("lws-upstream-style.yaml");
     let snapshot = lws_snapshot();
     let roots = snapshot.roots(&catalog);
-    assert_eq!(roots.len(), 1, "leader pods and StatefulSets are not workloads of their own: {roots:?}");
+    assert_eq!(
+        roots.len(),
+        1,
+        "leader pods and StatefulSets are not workloads of their own: {roots:?}"
+    );
     let root = snapshot.select(&catalog, None, None).unwrap();
     let w = snapshot.resolve(&catalog, &root, None).unwrap().workload;
-    assert_eq!(pods(&w), pb::PodCounts { desired: 4, current: 4, ready: 4 });
+    assert_eq!(
+        pods(&w),
+        pb::PodCounts {
+            desired: 4,
+            current: 4,
+            ready: 4
+        }
+    );
     assert_eq!(gpus(&w), (32.0, 32.0));
     let groups = &w.gang.as_ref().unwrap().groups;
-    let summary: Vec<(&str, u32, usize)> = groups.iter().map(|g| (g.name.as_str(), g.min_member, g.pods.len())).collect();
-    assert_eq!(summary, [("group-vllm-0", 2, 2), ("group-vllm-1", 2, 2)], "upstream's multiplicative rule would say 8");
+    let summary: Vec<(&str, u32, usize)> = groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.min_member, g.pods.len()))
+        .collect();
+    assert_eq!(
+        summary,
+        [("group-vllm-0", 2, 2), ("group-vllm-1", 2, 2)],
+        "upstream's multiplicative rule would say 8"
+    );
     for replica in ["0", "1"] {
         let slot = instance(&w, "group", "", replica);
-        assert_eq!(slot.pods.unwrap(), pb::PodCounts { desired: 2, current: 2, ready: 2 });
+        assert_eq!(
+            slot.pods.unwrap(),
+            pb::PodCounts {
+                desired: 2,
+                current: 2,
+                ready: 2
+            }
+        );
         assert_eq!(slot.children.len(), 2, "leader and worker under each group");
     }
     assert_eq!(phase(&w), pb::Phase::Running);
@@ -118,8 +159,16 @@ fn leaderworkerset_group_without_pods_still_counts_from_the_spec() {
     let w = snapshot.resolve(&catalog, &root, None).unwrap().workload;
     assert_eq!(pods(&w).desired, 12);
     assert_eq!(gpus(&w), (12.0, 0.0));
-    assert_eq!(component(&w, "group").instances.len(), 3, "one slot per desired group");
-    assert_eq!(phase(&w), pb::Phase::Undefined, "no status written yet and this test definition has no rule for it");
+    assert_eq!(
+        component(&w, "group").instances.len(),
+        3,
+        "one slot per desired group"
+    );
+    assert_eq!(
+        phase(&w),
+        pb::Phase::Undefined,
+        "no status written yet and this test definition has no rule for it"
+    );
 }
 
 #[test]
@@ -127,8 +176,14 @@ fn alpha_gang_keyed_per_instance_is_scoped_to_that_instance() {
     // An upstream-style JobSet definition keys one gang per replicatedJob.
     let catalog = catalog_with("jobset-per-replicatedjob.yaml");
     let w = resolve_with(&catalog, "jobset-seed.yaml", None).workload;
-    let groups: Vec<(&str, u32, usize)> =
-        w.gang.as_ref().unwrap().groups.iter().map(|g| (g.name.as_str(), g.min_member, g.pods.len())).collect();
+    let groups: Vec<(&str, u32, usize)> = w
+        .gang
+        .as_ref()
+        .unwrap()
+        .groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.min_member, g.pods.len()))
+        .collect();
     assert_eq!(groups, [("rj-leader", 1, 1), ("rj-workers", 2, 2)]);
 }
 
@@ -147,6 +202,13 @@ fn min_member_path_overrides_with_keys_and_pod() {
     assert!(errors.is_empty(), "{errors:?}");
     let catalog = Catalog::from_layers(1, [embedded, extra]);
     let w = resolve_with(&catalog, "jobset-seed.yaml", None).workload;
-    let groups: Vec<(&str, u32)> = w.gang.as_ref().unwrap().groups.iter().map(|g| (g.name.as_str(), g.min_member)).collect();
+    let groups: Vec<(&str, u32)> = w
+        .gang
+        .as_ref()
+        .unwrap()
+        .groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.min_member))
+        .collect();
     assert_eq!(groups, [("rj-leader", 11), ("rj-workers", 12)]);
 }

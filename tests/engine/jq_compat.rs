@@ -4,14 +4,17 @@
 //! marked `refused` must be rejected by the safety gate; `divergence` cases document where
 //! kartograf deliberately errors instead.
 
-use kartograf::expr::{value, Expr, Limits};
+use kartograf::expr::{Expr, Limits, value};
 use serde_json::Value;
 
 #[test]
 fn every_case_matches_gojq() {
     let text = include_str!("data/jq_compat.json");
     let cases: Vec<Value> = serde_json::from_str(text).expect("case file is JSON");
-    assert!(cases.len() > 100, "the table should cover the definition feature set");
+    assert!(
+        cases.len() > 100,
+        "the table should cover the definition feature set"
+    );
     let mut failures = Vec::new();
     for case in &cases {
         let name = case["name"].as_str().unwrap_or("?");
@@ -19,12 +22,21 @@ fn every_case_matches_gojq() {
         let expected: &Vec<Value> = case["outputs"].as_array().expect("outputs");
         let expect_error = case["error"].as_bool().unwrap_or(false) || case["divergence"] == true;
         if case["refused"] == true {
-            if !matches!(Expr::compile(filter), Err(kartograf::expr::CompileError::Refused(_))) {
-                failures.push(format!("{name}: `{filter}` should be refused by the safety gate"));
+            if !matches!(
+                Expr::compile(filter),
+                Err(kartograf::expr::CompileError::Refused(_))
+            ) {
+                failures.push(format!(
+                    "{name}: `{filter}` should be refused by the safety gate"
+                ));
             }
             continue;
         }
-        let expected: &Vec<Value> = if case["divergence"] == true { &Vec::new() } else { expected };
+        let expected: &Vec<Value> = if case["divergence"] == true {
+            &Vec::new()
+        } else {
+            expected
+        };
         let expr = match Expr::compile(filter) {
             Ok(e) => e,
             Err(e) => {
@@ -41,11 +53,20 @@ fn every_case_matches_gojq() {
             ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 /// Outputs up to the first error, and whether an error occurred.
 fn run_collecting(expr: &Expr, input: &kartograf::expr::Val) -> (Vec<Value>, bool) {
     let (outputs, error) = expr.eval_outputs(input, &[], None);
-    (outputs.iter().map(value::to_json).collect(), error.is_some())
+    (
+        outputs.iter().map(value::to_json).collect(),
+        error.is_some(),
+    )
 }

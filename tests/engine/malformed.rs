@@ -6,7 +6,7 @@ use kartograf::definition::Catalog;
 use kartograf::expr::Limits;
 use kartograf::snapshot::Snapshot;
 use proptest::prelude::*;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// Exit status of the binary; a panic would be 101.
 fn run_resolve(text: &str, extra: &[&str]) -> (i32, String, String) {
@@ -16,7 +16,11 @@ fn run_resolve(text: &str, extra: &[&str]) -> (i32, String, String) {
     args.extend_from_slice(extra);
     let out = kartograf(&args);
     let code = out.status.code().unwrap_or(-1);
-    (code, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        code,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 const JOBSET_HEAD: &str = "apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: js, namespace: ml, uid: js-1}\n";
@@ -43,7 +47,12 @@ fn wrong_types_and_missing_status_give_a_partial_graph() {
     let (code, out, err) = run_resolve(&text, &[]);
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
-    assert!(v["workload"]["diagnostics"].as_array().is_some_and(|d| !d.is_empty()), "{out}");
+    assert!(
+        v["workload"]["diagnostics"]
+            .as_array()
+            .is_some_and(|d| !d.is_empty()),
+        "{out}"
+    );
 }
 
 #[test]
@@ -61,7 +70,9 @@ fn deep_nesting_is_survived() {
     for _ in 0..200 {
         nested = format!("[{nested}]");
     }
-    let text = format!("{{\"apiVersion\":\"jobset.x-k8s.io/v1alpha2\",\"kind\":\"JobSet\",\"metadata\":{{\"name\":\"deep\",\"uid\":\"d\"}},\"spec\":{{\"x\":{nested}}}}}");
+    let text = format!(
+        "{{\"apiVersion\":\"jobset.x-k8s.io/v1alpha2\",\"kind\":\"JobSet\",\"metadata\":{{\"name\":\"deep\",\"uid\":\"d\"}},\"spec\":{{\"x\":{nested}}}}}"
+    );
     let (code, _, err) = run_resolve(&text, &[]);
     assert!(code == 0 || code == 1, "no crash: {code} {err}");
 }
@@ -73,16 +84,28 @@ fn a_five_megabyte_object_is_reported_not_fatal() {
                      "metadata": {"name": "huge", "uid": "h", "annotations": {"blob": big}}, "spec": {}});
     let (code, out, err) = run_resolve(&doc.to_string(), &[]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("object_unreadable"), "the size budget is reported");
+    assert!(
+        out.contains("object_unreadable"),
+        "the size budget is reported"
+    );
 }
 
 #[test]
 fn no_definition_and_not_found_have_their_exit_codes() {
-    let (code, _, err) = run_resolve("apiVersion: example.com/v1\nkind: Mystery\nmetadata: {name: m}\n", &["mystery/m"]);
-    assert_eq!(code, 3, "a kind without a definition is never a root: {err}");
+    let (code, _, err) = run_resolve(
+        "apiVersion: example.com/v1\nkind: Mystery\nmetadata: {name: m}\n",
+        &["mystery/m"],
+    );
+    assert_eq!(
+        code, 3,
+        "a kind without a definition is never a root: {err}"
+    );
     let (code, _, err) = run_resolve(JOBSET_HEAD, &["jobset/absent"]);
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("JobSet/ml/js"), "lists what the files hold: {err}");
+    assert!(
+        err.contains("JobSet/ml/js"),
+        "lists what the files hold: {err}"
+    );
 }
 
 fn arbitrary_json() -> impl Strategy<Value = Value> {
@@ -92,26 +115,54 @@ fn arbitrary_json() -> impl Strategy<Value = Value> {
         any::<i64>().prop_map(|n| json!(n)),
         any::<f64>().prop_map(|f| json!(f)),
         "[a-z0-9./-]{0,12}".prop_map(Value::String),
-        prop_oneof![Just("1"), Just("4Gi"), Just("500m"), Just("True"), Just("Running"), Just("0")].prop_map(|s| json!(s)),
+        prop_oneof![
+            Just("1"),
+            Just("4Gi"),
+            Just("500m"),
+            Just("True"),
+            Just("Running"),
+            Just("0")
+        ]
+        .prop_map(|s| json!(s)),
     ];
     leaf.prop_recursive(5, 64, 6, |inner| {
         let keys = prop_oneof![
-            Just("spec".to_owned()), Just("status".to_owned()), Just("replicatedJobs".to_owned()),
-            Just("template".to_owned()), Just("replicas".to_owned()), Just("parallelism".to_owned()),
-            Just("name".to_owned()), Just("containers".to_owned()), Just("resources".to_owned()),
-            Just("requests".to_owned()), Just("limits".to_owned()), Just("nvidia.com/gpu".to_owned()),
-            Just("conditions".to_owned()), Just("type".to_owned()), Just("labels".to_owned()),
-            Just("metadata".to_owned()), Just("pytorchReplicaSpecs".to_owned()), Just("Worker".to_owned()),
+            Just("spec".to_owned()),
+            Just("status".to_owned()),
+            Just("replicatedJobs".to_owned()),
+            Just("template".to_owned()),
+            Just("replicas".to_owned()),
+            Just("parallelism".to_owned()),
+            Just("name".to_owned()),
+            Just("containers".to_owned()),
+            Just("resources".to_owned()),
+            Just("requests".to_owned()),
+            Just("limits".to_owned()),
+            Just("nvidia.com/gpu".to_owned()),
+            Just("conditions".to_owned()),
+            Just("type".to_owned()),
+            Just("labels".to_owned()),
+            Just("metadata".to_owned()),
+            Just("pytorchReplicaSpecs".to_owned()),
+            Just("Worker".to_owned()),
             "[a-zA-Z]{1,6}",
         ];
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::btree_map(keys, inner, 0..5).prop_map(|m| Value::Object(m.into_iter().collect())),
+            prop::collection::btree_map(keys, inner, 0..5)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
 }
 
-fn resolve_arbitrary(catalog: &Catalog, api_version: &str, kind: &str, spec: Value, status: Value, pod_spec: Value) {
+fn resolve_arbitrary(
+    catalog: &Catalog,
+    api_version: &str,
+    kind: &str,
+    spec: Value,
+    status: Value,
+    pod_spec: Value,
+) {
     let mut snapshot = Snapshot::default();
     let root = json!({"apiVersion": api_version, "kind": kind,
                       "metadata": {"name": "w", "namespace": "ml", "uid": "root"},
@@ -126,7 +177,9 @@ fn resolve_arbitrary(catalog: &Catalog, api_version: &str, kind: &str, spec: Val
                          "spec": pod_spec, "status": {"phase": "Running"}});
         snapshot.add(&pod, Limits::default(), "prop");
     }
-    let root = snapshot.select(catalog, Some(&format!("{kind}/w")), None).expect("selects");
+    let root = snapshot
+        .select(catalog, Some(&format!("{kind}/w")), None)
+        .expect("selects");
     let r = snapshot.resolve(catalog, &root, None).expect("resolves");
     assert!(r.workload.status.is_some());
 }

@@ -40,7 +40,10 @@ fn check_bounded(path: &std::path::Path) -> (Option<i32>, String) {
     loop {
         if let Some(status) = child.try_wait().expect("wait") {
             let out = child.wait_with_output().expect("output");
-            return (status.code(), String::from_utf8_lossy(&out.stdout).into_owned());
+            return (
+                status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            );
         }
         if started.elapsed() > Duration::from_secs(30) {
             let _ = child.kill();
@@ -70,11 +73,24 @@ fn runaway_and_impure_constructs_are_rejected_by_name() {
     for (expr, construct) in cases {
         let path = temp_file("hostile.yaml", &definition_with(expr));
         let (code, stdout) = check_bounded(&path);
-        assert_eq!(code, Some(1), "`{expr}` must be rejected (exit 1), got {code:?}:\n{stdout}");
+        assert_eq!(
+            code,
+            Some(1),
+            "`{expr}` must be rejected (exit 1), got {code:?}:\n{stdout}"
+        );
         assert!(stdout.contains("INVALID"), "{stdout}");
-        assert!(stdout.contains(construct), "message for `{expr}` must name `{construct}`:\n{stdout}");
-        assert!(stdout.contains("replicasPath"), "message must give the YAML path:\n{stdout}");
-        assert!(stdout.contains("hostile.yaml"), "message must give the file:\n{stdout}");
+        assert!(
+            stdout.contains(construct),
+            "message for `{expr}` must name `{construct}`:\n{stdout}"
+        );
+        assert!(
+            stdout.contains("replicasPath"),
+            "message must give the YAML path:\n{stdout}"
+        );
+        assert!(
+            stdout.contains("hostile.yaml"),
+            "message must give the file:\n{stdout}"
+        );
     }
 }
 
