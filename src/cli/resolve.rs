@@ -16,7 +16,11 @@ pub struct Args {
     #[arg(short = 'f', long = "filename", required = true)]
     pub files: Vec<PathBuf>,
     /// The workload as KIND/NAME (e.g. jobset/llama-train); optional when the files hold one.
+    #[arg(conflicts_with = "all")]
     pub target: Option<String>,
+    /// Resolve every root workload in the files: a table, or a `ListResponse` with -o json|yaml.
+    #[arg(short = 'A', long)]
+    pub all: bool,
     /// Only consider workloads in this namespace.
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
@@ -56,6 +60,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for warning in &snapshot.warnings {
         eprintln!("warning: {warning}");
     }
+    if args.all {
+        return list_all(&args, &catalog, &snapshot);
+    }
     let root = match snapshot.select(&catalog, args.target.as_deref(), args.namespace.as_deref()) {
         Ok(root) => root,
         Err(e) => {
@@ -86,6 +93,44 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Format::Json => output::json(&response)?,
         Format::Yaml => output::yaml(&response)?,
         Format::Tree => tree::render(response.workload.as_ref().context("no workload")?),
+    };
+    super::print_out(text.trim_end());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `resolve --all`: every root workload of the snapshot.
+fn list_all(
+    args: &Args,
+    catalog: &crate::definition::Catalog,
+    snapshot: &Snapshot,
+) -> anyhow::Result<ExitCode> {
+    let mut roots = snapshot.roots(catalog);
+    if let Some(ns) = &args.namespace {
+        roots.retain(|m| &m.namespace == ns);
+    }
+    roots.sort_by(|a, b| (&a.namespace, &a.kind, &a.name).cmp(&(&b.namespace, &b.kind, &b.name)));
+    let mut workloads = Vec::new();
+    for root in roots {
+        match snapshot.resolve(catalog, root, Some(Instant::now() + args.timeout)) {
+            Ok(r) => workloads.push(r.workload),
+            Err(e) => eprintln!("warning: {}/{}: {e}", root.kind, root.key()),
+        }
+    }
+    if args.summary || args.output == Format::Tree {
+        workloads.iter_mut().for_each(crate::resolve::summarize);
+    }
+    let text = match args.output {
+        Format::Tree => tree::workload_table(&workloads),
+        Format::Json => output::json(&pb::ListResponse {
+            workloads,
+            next_page_token: String::new(),
+            revision: 0,
+        })?,
+        Format::Yaml => output::yaml(&pb::ListResponse {
+            workloads,
+            next_page_token: String::new(),
+            revision: 0,
+        })?,
     };
     super::print_out(text.trim_end());
     Ok(ExitCode::SUCCESS)

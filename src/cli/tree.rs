@@ -56,11 +56,40 @@ pub fn cpu(millis: i64) -> String {
     }
 }
 
+/// A kubectl-style table of workloads: NAMESPACE, NAME, KIND, STATUS, READY (ready/desired
+/// pods), GPUS (held/desired).
+pub fn workload_table(workloads: &[pb::Workload]) -> String {
+    let rows: Vec<Vec<String>> = workloads
+        .iter()
+        .map(|w| {
+            let r = w.r#ref.clone().unwrap_or_default();
+            let pods = w.pods.unwrap_or_default();
+            let t = w.totals.clone().unwrap_or_default();
+            vec![
+                r.namespace,
+                r.name,
+                r.kind,
+                phase_name(w.status.as_ref().map_or(0, |s| s.phase)),
+                format!("{}/{}", pods.ready, pods.desired),
+                format!(
+                    "{}/{}",
+                    gpus(t.current.unwrap_or_default().gpus),
+                    gpus(t.desired.unwrap_or_default().gpus)
+                ),
+            ]
+        })
+        .collect();
+    table(
+        &["NAMESPACE", "NAME", "KIND", "STATUS", "READY", "GPUS"],
+        &rows,
+    )
+}
+
 /// Renders a left-aligned table with two spaces between columns.
-pub fn table(headers: &[&str], rows: &[[String; 4]]) -> String {
+pub fn table<R: AsRef<[String]>>(headers: &[&str], rows: &[R]) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row.iter()) {
+        for (w, cell) in widths.iter_mut().zip(row.as_ref().iter()) {
             *w = (*w).max(cell.chars().count());
         }
     }
@@ -79,7 +108,7 @@ pub fn table(headers: &[&str], rows: &[[String; 4]]) -> String {
     };
     line(headers.to_vec(), &mut out);
     for row in rows {
-        line(row.iter().map(String::as_str).collect(), &mut out);
+        line(row.as_ref().iter().map(String::as_str).collect(), &mut out);
     }
     out
 }

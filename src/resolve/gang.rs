@@ -1,8 +1,9 @@
 //! Gang groups: the all-or-nothing groups a scheduler must place.
 //!
 //! v2 `podGroup`: one group for the workload with one subgroup per listed component (nested
-//! per instance/replica when the component has several); minimums come from the tree's
-//! slots, so every instance counts even before its pods exist.
+//! per instance/replica when the component has several; omitted when the component wants no
+//! pods and has none); minimums come from the tree's slots, so every instance counts even
+//! before its pods exist.
 //!
 //! Alpha `podGroups`: each attributed, non-terminal pod finds its effective member (its own
 //! component first, then the nearest ancestor; filters must pass), and pods with equal key
@@ -128,7 +129,11 @@ impl Resolver<'_> {
                     ..Default::default()
                 },
             };
-            subgroups.push(group);
+            // A component that wants no pods and has none (an absent optional role) is no
+            // requirement of the gang.
+            if group.min_member > 0 || !group.pods.is_empty() {
+                subgroups.push(group);
+            }
         }
         let members: Vec<usize> = (0..self.pods.len())
             .filter(|&i| self.member_pod(i))

@@ -9,9 +9,10 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// The embedded catalog.
-pub fn catalog() -> Catalog {
-    Catalog::embedded().expect("embedded catalog is valid")
+/// The embedded catalog, compiled once per test binary.
+pub fn catalog() -> &'static Catalog {
+    static CATALOG: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+    CATALOG.get_or_init(|| Catalog::embedded().expect("embedded catalog is valid"))
 }
 
 /// Path of a fixture under `tests/fixtures/engine`.
@@ -38,7 +39,7 @@ pub fn resolve_with(catalog: &Catalog, file: &str, target: Option<&str>) -> Reso
 
 /// Resolves with the embedded catalog.
 pub fn resolve(file: &str, target: Option<&str>) -> Resolution {
-    resolve_with(&catalog(), file, target)
+    resolve_with(catalog(), file, target)
 }
 
 /// Depth-first search for a component by name.

@@ -190,9 +190,9 @@ proptest! {
     #[test]
     fn resolve_never_panics_on_arbitrary_objects(spec in arbitrary_json(), status in arbitrary_json(), pod_spec in arbitrary_json()) {
         let catalog = catalog();
-        resolve_arbitrary(&catalog, "jobset.x-k8s.io/v1alpha2", "JobSet", spec.clone(), status.clone(), pod_spec.clone());
-        resolve_arbitrary(&catalog, "kubeflow.org/v1", "PyTorchJob", spec.clone(), status.clone(), pod_spec.clone());
-        resolve_arbitrary(&catalog, "apps/v1", "Deployment", spec, status, pod_spec);
+        resolve_arbitrary(catalog, "jobset.x-k8s.io/v1alpha2", "JobSet", spec.clone(), status.clone(), pod_spec.clone());
+        resolve_arbitrary(catalog, "kubeflow.org/v1", "PyTorchJob", spec.clone(), status.clone(), pod_spec.clone());
+        resolve_arbitrary(catalog, "apps/v1", "Deployment", spec, status, pod_spec);
     }
 
     #[test]
@@ -218,8 +218,8 @@ proptest! {
         let catalog = catalog();
         let mut snapshot = Snapshot::default();
         for d in &docs { snapshot.add(d, Limits::default(), "mutated"); }
-        if let Ok(root) = snapshot.select(&catalog, None, None) {
-            let _ = snapshot.resolve(&catalog, &root, None);
+        if let Ok(root) = snapshot.select(catalog, None, None) {
+            let _ = snapshot.resolve(catalog, &root, None);
         }
     }
 }
