@@ -121,10 +121,12 @@ fn held(totals: &Option<pb::Totals>) -> (f64, f64) {
     )
 }
 
+/// Nodes where the instance's non-terminal pods (and its children's) run.
 fn nodes(instance: &pb::Instance) -> Vec<String> {
     let mut nodes: Vec<String> = instance
         .pod_list
         .iter()
+        .filter(|p| !matches!(p.phase.as_str(), "Succeeded" | "Failed"))
         .map(|p| p.node.clone())
         .filter(|n| !n.is_empty())
         .collect();

@@ -261,10 +261,18 @@ impl Resolver<'_> {
         if comp.pod_bearing() {
             for &p in &scope {
                 if self.claimed[p].is_none() && facts[p].type_ok {
+                    // A pod under a replicated parent (an LWS group) carries that replica.
+                    let mut placed_replica = replica.clone();
+                    let mut up = parent;
+                    while placed_replica.is_empty() {
+                        let Some(s) = up else { break };
+                        placed_replica = self.slots[s].replica.clone();
+                        up = self.slots[s].parent;
+                    }
                     self.claimed[p] = Some(pb::PodPlacement {
                         component: comp.name.clone(),
                         instance: id.to_owned(),
-                        replica: replica.clone(),
+                        replica: placed_replica,
                         gang_group: String::new(),
                     });
                     let mut path = vec![slot_id];
