@@ -62,7 +62,7 @@ fn check_case(expect_path: &Path, catalog: &kartograf::definition::Catalog) -> V
         Ok(v) => v,
         Err(e) => return vec![format!("bad expectation file: {e}")],
     };
-    let snapshot = match Snapshot::load(&[snapshot_path.clone()], Limits::default()) {
+    let snapshot = match Snapshot::load(std::slice::from_ref(&snapshot_path), Limits::default()) {
         Ok(s) => s,
         Err(e) => return vec![format!("snapshot: {e}")],
     };
