@@ -15,10 +15,13 @@
 pub mod cli;
 pub mod definition;
 pub mod expr;
+pub mod index;
 pub mod manifest;
 pub mod object;
 pub mod resolve;
+pub mod server;
 pub mod snapshot;
+pub mod source;
 pub mod telemetry;
 
 /// Generated API types (`proto/kartograf/v1`), with proto3-JSON serde impls.

@@ -4,6 +4,7 @@ mod check;
 mod definitions;
 mod output;
 mod resolve;
+mod serve;
 pub mod tree;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -43,6 +44,8 @@ pub enum Format {
 /// Commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the gRPC service over a cluster (today: a watched manifest directory).
+    Serve(serve::Args),
     /// Resolve one workload from manifest files (a cluster snapshot), offline.
     Resolve(resolve::Args),
     /// Validate definition files or folders (the embedded catalog when none are given).
@@ -73,6 +76,7 @@ pub fn print_out(text: &str) {
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Resolve(args) => resolve::run(args),
         Command::Check(args) => check::run(args),
         Command::Definitions(args) => definitions::run(args),

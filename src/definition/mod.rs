@@ -57,3 +57,21 @@ impl std::fmt::Display for DefinitionError {
 }
 
 impl std::error::Error for DefinitionError {}
+
+/// The errors of the last definition load (shown by `ListDefinitions`, the log and metrics).
+#[derive(Default)]
+pub struct LoadReport {
+    errors: std::sync::Mutex<Vec<DefinitionError>>,
+}
+
+impl LoadReport {
+    /// Replaces the reported errors.
+    pub fn set(&self, errors: Vec<DefinitionError>) {
+        *self.errors.lock().unwrap_or_else(|e| e.into_inner()) = errors;
+    }
+
+    /// The reported errors.
+    pub fn get(&self) -> Vec<DefinitionError> {
+        self.errors.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}

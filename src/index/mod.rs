@@ -1,0 +1,420 @@
+//! The in-memory index: every cached object and pod, their controller links, the root
+//! workloads and their current graphs, a server-wide revision counter and a bounded change
+//! history for `Watch`.
+//!
+//! Sources (manifest files, Kubernetes watchers) feed it through [`Index::apply`],
+//! [`Index::delete`] and [`Index::reset`]; each call marks the affected root workloads dirty and
+//! re-resolves only those. Every object is converted to a jq value once per change. A root's
+//! evaluation ([`resolve::Prepared`]) is memoized per root version and catalog generation, so
+//! a pod change re-resolves without re-evaluating the root.
+
+mod query;
+
+pub use query::{Filter, TotalsKey};
+
+use crate::definition::Catalog;
+use crate::expr::Limits;
+use crate::object::{Object, ObjectMeta, Pod};
+use crate::proto::v1 as pb;
+use crate::resolve::ownership::{self, OwnerGraph, Root};
+use crate::resolve::{self, Prepared};
+use arc_swap::ArcSwap;
+use serde_json::Value as Json;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How many changes the history keeps for `Watch` resume.
+pub const DEFAULT_HISTORY: usize = 10_000;
+
+/// One change of one workload.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// Revision at which it happened.
+    pub revision: u64,
+    /// ADDED, MODIFIED or DELETED.
+    pub kind: pb::EventType,
+    /// The graph (the last one, for DELETED).
+    pub workload: Arc<pb::Workload>,
+}
+
+/// A cached object or pod.
+#[derive(Clone)]
+enum Cached {
+    Object(Arc<Object>),
+    Pod(Arc<Pod>),
+}
+
+impl Cached {
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Cached::Object(o) => &o.meta,
+            Cached::Pod(p) => &p.meta,
+        }
+    }
+}
+
+struct Entry {
+    cached: Cached,
+    /// Bumped on every change of this object.
+    version: u64,
+    source: String,
+}
+
+/// A root workload with its current graph.
+struct WorkloadEntry {
+    graph: Arc<pb::Workload>,
+    placements: HashMap<String, pb::PodPlacement>,
+    labels: Vec<(String, String)>,
+}
+
+#[derive(Default)]
+struct State {
+    revision: u64,
+    entries: HashMap<String, Entry>,
+    /// (apiVersion-less kind, namespace, name) -> uid.
+    by_name: HashMap<(String, String, String), String>,
+    /// owner uid -> uids of objects whose controller it is.
+    children: HashMap<String, BTreeSet<String>>,
+    workloads: HashMap<String, WorkloadEntry>,
+    /// Root each pod was last resolved under.
+    pod_root: HashMap<String, String>,
+    history: VecDeque<Change>,
+    dirty: BTreeSet<String>,
+    pending_sources: HashSet<String>,
+    version_counter: u64,
+}
+
+struct Graph<'a>(&'a HashMap<String, Entry>);
+
+impl OwnerGraph for Graph<'_> {
+    fn meta(&self, uid: &str) -> Option<&ObjectMeta> {
+        self.0.get(uid).map(|e| e.cached.meta())
+    }
+}
+
+type PreparedKey = (String, u64, u64);
+
+/// The index. Cheap to share (`Arc<Index>`); all methods take `&self`.
+pub struct Index {
+    state: Mutex<State>,
+    catalog: ArcSwap<Catalog>,
+    limits: Limits,
+    history_cap: usize,
+    resolve_timeout: Duration,
+    prepared: moka::sync::Cache<PreparedKey, Arc<Prepared>>,
+    revision_tx: tokio::sync::watch::Sender<u64>,
+}
+
+impl Index {
+    /// An empty index over `catalog`. `sources` names the sources whose first full sync must
+    /// finish before the index reports itself synced.
+    pub fn new(catalog: Catalog, sources: &[&str]) -> Index {
+        let (revision_tx, _) = tokio::sync::watch::channel(0);
+        let state = State { pending_sources: sources.iter().map(|s| (*s).to_owned()).collect(), ..State::default() };
+        Index {
+            state: Mutex::new(state),
+            catalog: ArcSwap::from_pointee(catalog),
+            limits: Limits::default(),
+            history_cap: DEFAULT_HISTORY,
+            resolve_timeout: Duration::from_secs(2),
+            prepared: moka::sync::Cache::builder().max_capacity(100_000).build(),
+            revision_tx,
+        }
+    }
+
+    /// Sets how many changes are kept for `Watch` resume.
+    pub fn with_history(mut self, cap: usize) -> Index {
+        self.history_cap = cap.max(1);
+        self
+    }
+
+    /// Sets the per-resolve evaluation deadline.
+    pub fn with_resolve_timeout(mut self, timeout: Duration) -> Index {
+        self.resolve_timeout = timeout;
+        self
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock would be a bug; the state stays usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The catalog in effect.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.load_full()
+    }
+
+    /// Current revision.
+    pub fn revision(&self) -> u64 {
+        self.lock().revision
+    }
+
+    /// A receiver that sees every new revision (for Watch).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.revision_tx.subscribe()
+    }
+
+    /// True once every source finished its first full sync.
+    pub fn synced(&self) -> bool {
+        self.lock().pending_sources.is_empty()
+    }
+
+    /// Marks a source's first full sync done.
+    pub fn mark_synced(&self, source: &str) {
+        let mut st = self.lock();
+        st.pending_sources.remove(source);
+    }
+
+    /// Adds or replaces one object (any kind; pods are recognised by kind) from `source`.
+    /// Returns the object's identity, or why it was skipped.
+    pub fn apply(&self, json: &Json, source: &str) -> Result<String, String> {
+        let mut st = self.lock();
+        let uid = self.apply_locked(&mut st, json, source)?;
+        self.flush(&mut st);
+        Ok(uid)
+    }
+
+    /// Removes one object by uid (or identity).
+    pub fn delete(&self, uid: &str) {
+        let mut st = self.lock();
+        self.delete_locked(&mut st, uid);
+        self.flush(&mut st);
+    }
+
+    /// Replaces everything `source` holds with `docs` (a full list or relist): objects not in
+    /// it are deleted, the rest applied. Returns the documents skipped, with reasons.
+    pub fn reset(&self, source: &str, docs: &[Json]) -> Vec<String> {
+        let mut st = self.lock();
+        let mut skipped = Vec::new();
+        let mut seen = HashSet::new();
+        for doc in docs {
+            match self.apply_locked(&mut st, doc, source) {
+                Ok(uid) => {
+                    seen.insert(uid);
+                }
+                Err(e) => skipped.push(e),
+            }
+        }
+        let stale: Vec<String> =
+            st.entries.iter().filter(|(uid, e)| e.source == source && !seen.contains(*uid)).map(|(uid, _)| uid.clone()).collect();
+        for uid in stale {
+            self.delete_locked(&mut st, &uid);
+        }
+        self.flush(&mut st);
+        skipped
+    }
+
+    /// Publishes a new catalog and re-resolves every workload under it.
+    pub fn set_catalog(&self, catalog: Catalog) {
+        self.catalog.store(Arc::new(catalog));
+        let mut st = self.lock();
+        let all: Vec<String> = st.entries.keys().cloned().chain(st.workloads.keys().cloned()).collect();
+        st.dirty.extend(all);
+        self.flush(&mut st);
+    }
+
+    fn apply_locked(&self, st: &mut State, json: &Json, source: &str) -> Result<String, String> {
+        let is_pod = json.get("kind").and_then(Json::as_str) == Some("Pod")
+            && json.get("apiVersion").and_then(Json::as_str) == Some("v1");
+        let cached = if is_pod {
+            Cached::Pod(Arc::new(Pod::from_json(json, self.limits)?))
+        } else {
+            Cached::Object(Arc::new(Object::from_json(json, self.limits)?))
+        };
+        let meta = cached.meta().clone();
+        let uid = meta.identity();
+        if let Some(old) = st.entries.get(&uid) {
+            let old_meta = old.cached.meta().clone();
+            self.unlink(st, &uid, &old_meta);
+        }
+        self.mark_affected(st, &uid);
+        st.version_counter += 1;
+        let version = st.version_counter;
+        if let Some(owner) = meta.controller() {
+            st.children.entry(owner.uid.clone()).or_default().insert(uid.clone());
+        }
+        st.by_name.insert((meta.kind.clone(), meta.namespace.clone(), meta.name.clone()), uid.clone());
+        st.entries.insert(uid.clone(), Entry { cached, version, source: source.to_owned() });
+        self.mark_affected(st, &uid);
+        Ok(uid)
+    }
+
+    fn delete_locked(&self, st: &mut State, uid: &str) {
+        let Some(entry) = st.entries.get(uid) else { return };
+        let meta = entry.cached.meta().clone();
+        self.mark_affected(st, uid);
+        self.unlink(st, uid, &meta);
+        st.entries.remove(uid);
+        st.dirty.insert(uid.to_owned());
+    }
+
+    fn unlink(&self, st: &mut State, uid: &str, meta: &ObjectMeta) {
+        if let Some(owner) = meta.controller() {
+            if let Some(set) = st.children.get_mut(&owner.uid) {
+                set.remove(uid);
+                if set.is_empty() {
+                    st.children.remove(&owner.uid);
+                }
+            }
+        }
+        let key = (meta.kind.clone(), meta.namespace.clone(), meta.name.clone());
+        if st.by_name.get(&key).is_some_and(|u| u == uid) {
+            st.by_name.remove(&key);
+        }
+    }
+
+    /// Marks dirty every root that `uid` or anything below it belongs to (now or before).
+    fn mark_affected(&self, st: &mut State, uid: &str) {
+        let catalog = self.catalog.load();
+        let mut stack = vec![(uid.to_owned(), 0usize)];
+        let mut seen = HashSet::new();
+        let mut dirty = Vec::new();
+        while let Some((at, depth)) = stack.pop() {
+            if !seen.insert(at.clone()) || depth > ownership::MAX_HOPS {
+                continue;
+            }
+            dirty.push(at.clone());
+            if let Some(previous) = st.pod_root.get(&at) {
+                dirty.push(previous.clone());
+            }
+            if let Some(entry) = st.entries.get(&at) {
+                match ownership::root_of(entry.cached.meta(), &Graph(&st.entries), &catalog) {
+                    Root::Owner(owner) => dirty.push(owner.uid),
+                    Root::Itself | Root::Uncovered(_) => {}
+                }
+            }
+            for child in st.children.get(&at).into_iter().flatten() {
+                stack.push((child.clone(), depth + 1));
+            }
+        }
+        st.dirty.extend(dirty);
+    }
+
+    /// Re-resolves every dirty root and publishes the changes.
+    fn flush(&self, st: &mut State) {
+        if st.dirty.is_empty() {
+            return;
+        }
+        let catalog = self.catalog.load_full();
+        let dirty = std::mem::take(&mut st.dirty);
+        let mut changed = false;
+        for uid in dirty {
+            let is_root = st.entries.get(&uid).is_some_and(|e| {
+                ownership::root_of(e.cached.meta(), &Graph(&st.entries), &catalog) == Root::Itself
+            });
+            if !is_root {
+                if let Some(old) = st.workloads.remove(&uid) {
+                    self.publish(st, pb::EventType::Deleted, old.graph);
+                    changed = true;
+                }
+                continue;
+            }
+            if let Some((graph, placements, labels)) = self.resolve_root(st, &uid, &catalog) {
+                let kind = if st.workloads.contains_key(&uid) { pb::EventType::Modified } else { pb::EventType::Added };
+                let same = st.workloads.get(&uid).is_some_and(|w| same_graph(&w.graph, &graph));
+                if !same {
+                    let mut graph = graph;
+                    graph.revision = st.revision + 1;
+                    let graph = Arc::new(graph);
+                    st.workloads.insert(uid.clone(), WorkloadEntry { graph: graph.clone(), placements, labels });
+                    self.publish(st, kind, graph);
+                    changed = true;
+                } else if let Some(w) = st.workloads.get_mut(&uid) {
+                    w.placements = placements;
+                }
+            }
+        }
+        if changed {
+            let _ = self.revision_tx.send(st.revision);
+        }
+    }
+
+    fn publish(&self, st: &mut State, kind: pb::EventType, workload: Arc<pb::Workload>) {
+        st.revision += 1;
+        let revision = st.revision;
+        st.history.push_back(Change { revision, kind, workload });
+        while st.history.len() > self.history_cap {
+            st.history.pop_front();
+        }
+    }
+
+    /// Resolves root `uid` with the pods below it.
+    fn resolve_root(
+        &self,
+        st: &mut State,
+        uid: &str,
+        catalog: &Catalog,
+    ) -> Option<(pb::Workload, HashMap<String, pb::PodPlacement>, Vec<(String, String)>)> {
+        let entry = st.entries.get(uid)?;
+        let root: Object = match &entry.cached {
+            Cached::Object(o) => (**o).clone(),
+            Cached::Pod(p) => Object { meta: p.meta.clone(), value: p.value.clone(), problem: p.problem.clone() },
+        };
+        let lookup = catalog.lookup(&root.meta.api_version, &root.meta.kind)?;
+        let key = (uid.to_owned(), entry.version, catalog.generation());
+        let prepared = match self.prepared.get(&key) {
+            Some(p) => p,
+            None => {
+                let p = Arc::new(resolve::prepare(&lookup.definition, &root, Some(Instant::now() + self.resolve_timeout)));
+                self.prepared.insert(key, p.clone());
+                p
+            }
+        };
+        // Pods below the root, through any cached intermediates.
+        let mut pods: Vec<Arc<Pod>> = Vec::new();
+        if let Cached::Pod(p) = &entry.cached {
+            pods.push(p.clone());
+        }
+        let mut stack = vec![(uid.to_owned(), 0usize)];
+        let mut seen = HashSet::new();
+        while let Some((at, depth)) = stack.pop() {
+            if !seen.insert(at.clone()) || depth > ownership::MAX_HOPS {
+                continue;
+            }
+            for child in st.children.get(&at).into_iter().flatten() {
+                match st.entries.get(child).map(|e| &e.cached) {
+                    Some(Cached::Pod(p)) => pods.push(p.clone()),
+                    Some(Cached::Object(_)) => stack.push((child.clone(), depth + 1)),
+                    None => {}
+                }
+            }
+        }
+        pods.sort_by(|a, b| a.meta.name.cmp(&b.meta.name));
+        for p in &pods {
+            st.pod_root.insert(p.meta.identity(), uid.to_owned());
+        }
+        let refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
+        let input = resolve::Input {
+            definition: &lookup.definition,
+            generation: catalog.generation(),
+            root: &root,
+            pods: &refs,
+            fallback_from: lookup.fallback_from.as_deref(),
+            deadline: Some(Instant::now() + self.resolve_timeout),
+            prepared: Some(&prepared),
+        };
+        let resolution = resolve::resolve(&input);
+        let labels = crate::expr::value::get_path(&root.value, &["metadata", "labels"])
+            .map(|l| {
+                crate::expr::value::entries(l)
+                    .map(|(k, v)| (crate::expr::value::to_text(k), crate::expr::value::to_text(v)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some((resolution.workload, resolution.placements, labels))
+    }
+}
+
+/// Graphs equal but for the revision.
+fn same_graph(a: &pb::Workload, b: &pb::Workload) -> bool {
+    a.status == b.status
+        && a.pods == b.pods
+        && a.totals == b.totals
+        && a.gang == b.gang
+        && a.components == b.components
+        && a.unattributed_pods == b.unattributed_pods
+        && a.diagnostics == b.diagnostics
+        && a.definition == b.definition
+        && a.r#ref == b.r#ref
+}

@@ -1,0 +1,270 @@
+//! Reading the index: lookups, filtered lists, totals and the change history.
+
+use super::{Change, Index, State, WorkloadEntry};
+use crate::proto::v1 as pb;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Which workloads a List or Watch wants.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Only this namespace (empty: all).
+    pub namespace: String,
+    /// Only these kinds (case-insensitive `Kind`, or `group/Kind`); empty: all.
+    pub kinds: Vec<String>,
+    /// Kubernetes equality-based label selector on the root object (`a=b,c!=d,e`).
+    pub label_selector: String,
+}
+
+impl Filter {
+    /// Checks the selector syntax.
+    pub fn validate(&self) -> Result<(), String> {
+        parse_selector(&self.label_selector).map(|_| ())
+    }
+
+    fn matches(&self, w: &pb::Workload, labels: &[(String, String)]) -> bool {
+        self.matches_scope(w)
+            && match parse_selector(&self.label_selector) {
+                Ok(reqs) => reqs.iter().all(|req| req.matches(labels)),
+                Err(_) => false,
+            }
+    }
+
+    /// Namespace and kind only.
+    fn matches_scope(&self, w: &pb::Workload) -> bool {
+        let r = w.r#ref.as_ref();
+        let ns = r.map_or("", |r| r.namespace.as_str());
+        if !self.namespace.is_empty() && ns != self.namespace {
+            return false;
+        }
+        if !self.kinds.is_empty() {
+            let kind = r.map_or("", |r| r.kind.as_str());
+            let group = r.map_or("", |r| r.api_version.rsplit_once('/').map_or("", |(g, _)| g));
+            let ok = self.kinds.iter().any(|k| match k.split_once('/') {
+                Some((g, kd)) => g == group && kd.eq_ignore_ascii_case(kind),
+                None => k.eq_ignore_ascii_case(kind) || k.eq_ignore_ascii_case(&format!("{kind}s")),
+            });
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+enum Requirement {
+    Eq(String, String),
+    Ne(String, String),
+    Exists(String),
+    NotExists(String),
+}
+
+impl Requirement {
+    fn matches(&self, labels: &[(String, String)]) -> bool {
+        let get = |k: &str| labels.iter().find(|(lk, _)| lk == k).map(|(_, v)| v.as_str());
+        match self {
+            Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
+            Requirement::Ne(k, v) => get(k) != Some(v.as_str()),
+            Requirement::Exists(k) => get(k).is_some(),
+            Requirement::NotExists(k) => get(k).is_none(),
+        }
+    }
+}
+
+fn parse_selector(s: &str) -> Result<Vec<Requirement>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let req = if let Some((k, v)) = part.split_once("!=") {
+            Requirement::Ne(k.trim().to_owned(), v.trim().to_owned())
+        } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
+            Requirement::Eq(k.trim().to_owned(), v.trim().to_owned())
+        } else if let Some(k) = part.strip_prefix('!') {
+            Requirement::NotExists(k.trim().to_owned())
+        } else if part.contains(' ') || part.contains('(') {
+            return Err(format!("unsupported selector `{part}`: use key=value, key!=value, key or !key"));
+        } else {
+            Requirement::Exists(part.to_owned())
+        };
+        out.push(req);
+    }
+    Ok(out)
+}
+
+/// Grouping of `Totals`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TotalsKey {
+    /// By namespace.
+    Namespace,
+    /// By `group/Kind`.
+    Kind,
+    /// By `namespace/Kind/name`.
+    Workload,
+}
+
+fn sort_key(w: &pb::Workload) -> (String, String, String) {
+    let r = w.r#ref.clone().unwrap_or_default();
+    (r.namespace, r.kind, r.name)
+}
+
+fn add_resources(into: &mut pb::Resources, r: &pb::Resources) {
+    into.gpus += r.gpus;
+    into.cpu_millis += r.cpu_millis;
+    into.memory_bytes += r.memory_bytes;
+    for (k, v) in &r.raw {
+        let sum = crate::resolve::resources::parse_quantity(v).unwrap_or(0)
+            + into.raw.get(k).and_then(|x| crate::resolve::resources::parse_quantity(x)).unwrap_or(0);
+        into.raw.insert(k.clone(), crate::resolve::resources::format_quantity(k, sum));
+    }
+}
+
+impl Index {
+    fn entries_sorted(st: &State) -> Vec<&WorkloadEntry> {
+        let mut all: Vec<&WorkloadEntry> = st.workloads.values().collect();
+        all.sort_by_key(|w| sort_key(&w.graph));
+        all
+    }
+
+    /// The workload with this uid, or this kind (case-insensitive, optional) / namespace / name.
+    pub fn workload(&self, r: &pb::ObjectRef) -> Option<Arc<pb::Workload>> {
+        let st = self.lock();
+        if !r.uid.is_empty() {
+            return st.workloads.get(&r.uid).map(|w| w.graph.clone());
+        }
+        st.workloads
+            .values()
+            .find(|w| {
+                let g = w.graph.r#ref.as_ref();
+                g.is_some_and(|g| {
+                    g.name == r.name
+                        && g.namespace == r.namespace
+                        && (r.kind.is_empty() || g.kind.eq_ignore_ascii_case(&r.kind))
+                        && (r.api_version.is_empty() || g.api_version == r.api_version)
+                })
+            })
+            .map(|w| w.graph.clone())
+    }
+
+    /// True when an object of this kind/namespace/name is cached (whether or not it is a
+    /// workload), and its `apiVersion`.
+    pub fn object_api_version(&self, kind: &str, namespace: &str, name: &str) -> Option<String> {
+        let st = self.lock();
+        st.by_name
+            .iter()
+            .find(|((k, ns, n), _)| k.eq_ignore_ascii_case(kind) && ns == namespace && n == name)
+            .and_then(|(_, uid)| st.entries.get(uid))
+            .map(|e| e.cached.meta().api_version.clone())
+    }
+
+    /// The workload that owns a cached pod, and where the pod sits; `Err(true)` when the pod
+    /// is cached but belongs to no workload, `Err(false)` when it is not cached.
+    pub fn workload_of_pod(&self, r: &pb::ObjectRef) -> Result<(Arc<pb::Workload>, pb::PodPlacement), bool> {
+        let st = self.lock();
+        let uid = if r.uid.is_empty() {
+            st.by_name.get(&("Pod".to_owned(), r.namespace.clone(), r.name.clone())).cloned().ok_or(false)?
+        } else {
+            r.uid.clone()
+        };
+        if !st.entries.contains_key(&uid) {
+            return Err(false);
+        }
+        let root = st.pod_root.get(&uid).ok_or(true)?;
+        let w = st.workloads.get(root).ok_or(true)?;
+        let placement = w.placements.get(&uid).cloned().unwrap_or_default();
+        Ok((w.graph.clone(), placement))
+    }
+
+    /// Matching workloads in (namespace, kind, name) order, from `offset`, at most `limit`;
+    /// also returns the revision.
+    pub fn list(&self, filter: &Filter, offset: usize, limit: usize) -> (Vec<Arc<pb::Workload>>, bool, u64) {
+        let st = self.lock();
+        let matching: Vec<&WorkloadEntry> =
+            Self::entries_sorted(&st).into_iter().filter(|w| filter.matches(&w.graph, &w.labels)).collect();
+        let more = matching.len() > offset + limit;
+        let page = matching.into_iter().skip(offset).take(limit).map(|w| w.graph.clone()).collect();
+        (page, more, st.revision)
+    }
+
+    /// Sums of desired and held resources, pods and workload counts, by `key`.
+    pub fn totals(&self, key: TotalsKey, namespace: &str) -> (Vec<pb::TotalsRow>, u64) {
+        let st = self.lock();
+        let mut rows: BTreeMap<String, pb::TotalsRow> = BTreeMap::new();
+        for w in st.workloads.values() {
+            let g = &w.graph;
+            let r = g.r#ref.clone().unwrap_or_default();
+            if !namespace.is_empty() && r.namespace != namespace {
+                continue;
+            }
+            let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g).to_owned();
+            let k = match key {
+                TotalsKey::Namespace => r.namespace.clone(),
+                TotalsKey::Kind => if group.is_empty() { r.kind.clone() } else { format!("{group}/{}", r.kind) },
+                TotalsKey::Workload => format!("{}/{}/{}", r.namespace, r.kind, r.name),
+            };
+            let row = rows.entry(k.clone()).or_insert_with(|| pb::TotalsRow {
+                key: k,
+                totals: Some(pb::Totals { desired: Some(Default::default()), current: Some(Default::default()) }),
+                pods: Some(Default::default()),
+                workloads: 0,
+            });
+            row.workloads += 1;
+            let t = g.totals.clone().unwrap_or_default();
+            if let Some(rt) = row.totals.as_mut() {
+                if let (Some(d), Some(x)) = (rt.desired.as_mut(), t.desired.as_ref()) {
+                    add_resources(d, x);
+                }
+                if let (Some(c), Some(x)) = (rt.current.as_mut(), t.current.as_ref()) {
+                    add_resources(c, x);
+                }
+            }
+            if let (Some(p), Some(x)) = (row.pods.as_mut(), g.pods.as_ref()) {
+                p.desired += x.desired;
+                p.current += x.current;
+                p.ready += x.ready;
+            }
+        }
+        (rows.into_values().collect(), st.revision)
+    }
+
+    /// Every matching workload now, with the current revision (a Watch snapshot).
+    pub fn snapshot(&self, filter: &Filter) -> (Vec<Arc<pb::Workload>>, u64) {
+        let st = self.lock();
+        let all = Self::entries_sorted(&st)
+            .into_iter()
+            .filter(|w| filter.matches(&w.graph, &w.labels))
+            .map(|w| w.graph.clone())
+            .collect();
+        (all, st.revision)
+    }
+
+    /// The changes after `since` that match `filter`, coalesced to the latest per workload
+    /// (in revision order); `None` when `since` is older than the kept history.
+    pub fn changes_since(&self, since: u64, filter: &Filter) -> Option<(Vec<Change>, u64)> {
+        let st = self.lock();
+        let oldest = st.history.front().map_or(st.revision + 1, |c| c.revision);
+        if since + 1 < oldest && since < st.revision {
+            return None;
+        }
+        let mut latest: BTreeMap<String, Change> = BTreeMap::new();
+        for c in st.history.iter().filter(|c| c.revision > since) {
+            let uid = c.workload.r#ref.as_ref().map(|r| r.uid.clone()).unwrap_or_default();
+            // Labels as the workload has them now; a deletion is delivered whenever the
+            // namespace and kind match (its labels are gone), so none is ever lost.
+            let labels = st.workloads.get(&uid).map(|w| w.labels.as_slice()).unwrap_or(&[]);
+            let deleted = c.kind == pb::EventType::Deleted;
+            if !(filter.matches(&c.workload, labels) || (deleted && filter.matches_scope(&c.workload))) {
+                continue;
+            }
+            let merged = match latest.remove(&uid) {
+                // Added then modified is still an addition for this subscriber.
+                Some(prev) if prev.kind == pb::EventType::Added && c.kind == pb::EventType::Modified => {
+                    Change { kind: pb::EventType::Added, ..c.clone() }
+                }
+                _ => c.clone(),
+            };
+            latest.insert(uid, merged);
+        }
+        let mut out: Vec<Change> = latest.into_values().collect();
+        out.sort_by_key(|c| c.revision);
+        Some((out, st.revision))
+    }
+}

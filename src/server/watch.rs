@@ -1,0 +1,89 @@
+//! `Watch`: a snapshot (ADDED…, SYNCED), then changes. Each subscriber has its own task and
+//! a small bounded channel; while it is slow, changes pile up only in the shared, bounded
+//! history and reach it coalesced to the latest graph per workload. A subscriber that falls
+//! out of the history gets RESET and a fresh snapshot. Nobody waits for a slow subscriber.
+
+use super::resolver::view;
+use super::Shared;
+use crate::index::Filter;
+use crate::proto::v1 as pb;
+use futures::Stream;
+use std::pin::Pin;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+/// The stream type of `Watch`.
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
+
+/// Events buffered per subscriber before its task waits (and starts coalescing).
+const BUFFER: usize = 64;
+
+/// Starts a subscriber.
+pub fn start(shared: Shared, filter: Filter, since: u64, view_kind: i32) -> WatchStream {
+    let (tx, rx) = mpsc::channel(BUFFER);
+    tokio::spawn(run(shared, filter, since, view_kind, tx));
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+type Tx = mpsc::Sender<Result<pb::WatchEvent, Status>>;
+
+fn event(kind: pb::EventType, revision: u64, workload: Option<pb::Workload>) -> Result<pb::WatchEvent, Status> {
+    Ok(pb::WatchEvent { r#type: kind as i32, revision, workload })
+}
+
+/// Sends the full snapshot then SYNCED; returns the revision it is current to.
+async fn snapshot(shared: &Shared, filter: &Filter, view_kind: i32, tx: &Tx) -> Option<u64> {
+    let (all, revision) = shared.index.snapshot(filter);
+    for w in &all {
+        tx.send(event(pb::EventType::Added, w.revision, Some(view(w, view_kind)))).await.ok()?;
+    }
+    tx.send(event(pb::EventType::Synced, revision, None)).await.ok()?;
+    Some(revision)
+}
+
+async fn run(shared: Shared, filter: Filter, since: u64, view_kind: i32, tx: Tx) {
+    let mut revisions = shared.index.subscribe();
+    let mut shutdown = shared.shutdown.clone();
+    let mut cursor = if since == 0 {
+        match snapshot(&shared, &filter, view_kind, &tx).await {
+            Some(r) => r,
+            None => return,
+        }
+    } else {
+        since
+    };
+    loop {
+        match shared.index.changes_since(cursor, &filter) {
+            None => {
+                if tx.send(event(pb::EventType::Reset, cursor, None)).await.is_err() {
+                    return;
+                }
+                match snapshot(&shared, &filter, view_kind, &tx).await {
+                    Some(r) => cursor = r,
+                    None => return,
+                }
+            }
+            Some((changes, revision)) => {
+                for c in changes {
+                    let w = view(&c.workload, view_kind);
+                    if tx.send(event(c.kind, c.revision, Some(w))).await.is_err() {
+                        return;
+                    }
+                }
+                cursor = revision;
+            }
+        }
+        tokio::select! {
+            r = revisions.changed() => if r.is_err() { return },
+            _ = tx.closed() => return,
+            _ = shutdown.changed() => {
+                let _ = tx.send(Err(Status::unavailable("kartograf is shutting down; reconnect with since_revision to resume"))).await;
+                return;
+            }
+        }
+        if *shutdown.borrow() {
+            let _ = tx.send(Err(Status::unavailable("kartograf is shutting down; reconnect with since_revision to resume"))).await;
+            return;
+        }
+    }
+}

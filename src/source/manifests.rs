@@ -1,0 +1,60 @@
+//! `serve --manifests DIR`: every YAML/JSON file below DIR is the cluster.
+
+use crate::index::Index;
+use crate::manifest;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The source name used in the index.
+pub const SOURCE: &str = "manifests";
+
+/// Reads every document below `dir`; unreadable files are reported and skipped.
+pub fn read_all(dir: &Path) -> (Vec<serde_json::Value>, Vec<String>, u64) {
+    let files: Vec<PathBuf> = manifest::files_below(dir).unwrap_or_default();
+    let hash = super::hash_files(&files);
+    let mut docs = Vec::new();
+    let mut problems = Vec::new();
+    for file in &files {
+        match std::fs::read_to_string(file).map_err(|e| e.to_string()).and_then(|t| manifest::parse_documents(&t)) {
+            Ok(d) => docs.extend(d),
+            Err(e) => problems.push(format!("{}: {e}", file.display())),
+        }
+    }
+    (docs, problems, hash)
+}
+
+/// Loads `dir` into the index, marks the source synced, then keeps the index in step with
+/// the files until the watcher channel closes.
+pub async fn run(index: Arc<Index>, dir: PathBuf) {
+    let (docs, problems, mut last) = read_all(&dir);
+    for p in problems {
+        tracing::warn!(problem = %p, "skipped a manifest file");
+    }
+    for skipped in index.reset(SOURCE, &docs) {
+        tracing::warn!(%skipped, "skipped a manifest document");
+    }
+    index.mark_synced(SOURCE);
+    tracing::info!(dir = %dir.display(), documents = docs.len(), revision = index.revision(), "manifests loaded");
+    let (_watcher, mut ticks) = match super::watch_dir(&dir) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::error!(error = %e, dir = %dir.display(), "cannot watch the manifest directory; changes will not be seen");
+            return;
+        }
+    };
+    while ticks.recv().await.is_some() {
+        let (docs, problems, hash) = read_all(&dir);
+        if hash == last {
+            continue;
+        }
+        last = hash;
+        for p in problems {
+            tracing::warn!(problem = %p, "skipped a manifest file");
+        }
+        let skipped = index.reset(SOURCE, &docs);
+        for s in skipped {
+            tracing::warn!(skipped = %s, "skipped a manifest document");
+        }
+        tracing::info!(documents = docs.len(), revision = index.revision(), "manifests reloaded");
+    }
+}
