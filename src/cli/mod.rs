@@ -1,6 +1,7 @@
 //! The `kartograf` command line.
 
 mod check;
+mod client;
 mod definitions;
 mod output;
 mod resolve;
@@ -46,6 +47,14 @@ pub enum Format {
 pub enum Command {
     /// Run the gRPC service over a cluster (today: a watched manifest directory).
     Serve(serve::Args),
+    /// List workloads from a running server, like `kubectl get`.
+    Get(client::GetArgs),
+    /// Show one workload's graph from a running server.
+    Describe(client::DescribeArgs),
+    /// Stream workload changes from a running server, one line per event.
+    Watch(client::WatchArgs),
+    /// GPU, CPU and memory totals from a running server.
+    Totals(client::TotalsArgs),
     /// Resolve one workload from manifest files (a cluster snapshot), offline.
     Resolve(resolve::Args),
     /// Validate definition files or folders (the embedded catalog when none are given).
@@ -77,6 +86,10 @@ pub fn print_out(text: &str) {
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Get(args) => client::get(args),
+        Command::Describe(args) => client::describe(args),
+        Command::Watch(args) => client::watch(args),
+        Command::Totals(args) => client::totals(args),
         Command::Resolve(args) => resolve::run(args),
         Command::Check(args) => check::run(args),
         Command::Definitions(args) => definitions::run(args),

@@ -374,7 +374,12 @@ impl Index {
             }
             for child in st.children.get(&at).into_iter().flatten() {
                 match st.entries.get(child).map(|e| &e.cached) {
-                    Some(Cached::Pod(p)) => pods.push(p.clone()),
+                    // Pods can own further objects (an LWS leader pod owns its workers'
+                    // StatefulSet; a Spark driver owns its executors).
+                    Some(Cached::Pod(p)) => {
+                        pods.push(p.clone());
+                        stack.push((child.clone(), depth + 1));
+                    }
                     Some(Cached::Object(_)) => stack.push((child.clone(), depth + 1)),
                     None => {}
                 }

@@ -206,6 +206,7 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
         components: root_component.into_iter().collect(),
         unattributed_pods: unattributed,
         diagnostics: r.diags.into_vec(),
+        created: meta.created.clone(),
     };
     Resolution {
         workload,

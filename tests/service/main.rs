@@ -295,3 +295,22 @@ async fn definition_reload_keeps_the_last_good_and_applies_good_edits() {
     let w = h.client.resolve(by_name("Deployment", "serving", "web")).await.unwrap().into_inner().workload.unwrap();
     assert_eq!(w.definition.unwrap().name, "custom-deployment", "the last good version keeps serving");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_agrees_with_offline_resolution_on_every_demo_workload() {
+    let mut h = start(1000).await;
+    let catalog = Catalog::embedded().unwrap();
+    let snapshot = kartograf::snapshot::Snapshot::load(&[h.dir.clone()], kartograf::expr::Limits::default()).unwrap();
+    let roots = snapshot.roots(&catalog);
+    let listed = h.client.list(pb::ListRequest { page_size: 1000, ..Default::default() }).await.unwrap().into_inner().workloads;
+    assert_eq!(listed.len(), roots.len());
+    for root in roots {
+        let offline = snapshot.resolve(&catalog, root, None).unwrap().workload;
+        let served = listed.iter().find(|w| w.r#ref.as_ref().unwrap().uid == root.uid).expect("served");
+        let name = format!("{}/{}", root.kind, root.key());
+        assert_eq!(served.pods, offline.pods, "{name}");
+        assert_eq!(served.totals, offline.totals, "{name}");
+        assert_eq!(served.gang, offline.gang, "{name}");
+        assert_eq!(served.status, offline.status, "{name}");
+    }
+}

@@ -1,0 +1,364 @@
+//! Client commands against a running server: `get`, `describe`, `watch`, `totals`.
+
+use super::{output, tree, EXIT_NOT_FOUND, EXIT_NO_DEFINITION};
+use crate::proto::v1 as pb;
+use crate::proto::v1::workload_resolver_client::WorkloadResolverClient;
+use anyhow::Context;
+use clap::ValueEnum;
+use std::process::ExitCode;
+use tonic::transport::Channel;
+
+/// Where the server is.
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// The kartograf server.
+    #[arg(long, env = "KARTOGRAF_SERVER", default_value = "http://localhost:50051", global = true)]
+    pub server: String,
+    /// Namespace (default: all namespaces).
+    #[arg(short = 'n', long, global = true)]
+    pub namespace: Option<String>,
+    /// All namespaces (the default; accepted for kubectl habits).
+    #[arg(short = 'A', long = "all-namespaces", global = true)]
+    pub all_namespaces: bool,
+}
+
+/// Output of `get`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GetFormat {
+    /// A table.
+    Table,
+    /// The table with the definition and diagnostics count.
+    Wide,
+    /// Proto3 canonical JSON.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// `get [KIND[/NAME]]`.
+#[derive(Debug, clap::Args)]
+pub struct GetArgs {
+    /// KIND or KIND/NAME (case-insensitive kind).
+    pub what: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: GetFormat,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// `describe KIND/NAME`.
+#[derive(Debug, clap::Args)]
+pub struct DescribeArgs {
+    /// KIND/NAME.
+    pub what: String,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// `watch [KIND]`.
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Resume after this revision.
+    #[arg(long, default_value_t = 0)]
+    pub since: u64,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// Grouping of `totals`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum By {
+    /// By namespace.
+    Namespace,
+    /// By kind.
+    Kind,
+    /// By workload.
+    Workload,
+}
+
+/// `totals --by …`.
+#[derive(Debug, clap::Args)]
+pub struct TotalsArgs {
+    /// Grouping.
+    #[arg(long, value_enum, default_value = "namespace")]
+    pub by: By,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")
+}
+
+async fn connect(server: &ServerArgs) -> anyhow::Result<WorkloadResolverClient<Channel>> {
+    let channel = Channel::from_shared(server.server.clone())
+        .with_context(|| format!("bad --server {}", server.server))?
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach kartograf at {} (is `kartograf serve` running?)", server.server))?;
+    Ok(WorkloadResolverClient::new(channel))
+}
+
+fn namespace(server: &ServerArgs) -> String {
+    if server.all_namespaces { String::new() } else { server.namespace.clone().unwrap_or_default() }
+}
+
+/// Exit code and message for a failed call.
+fn failed(status: tonic::Status) -> anyhow::Result<ExitCode> {
+    eprintln!("error: {}", status.message());
+    Ok(ExitCode::from(match status.code() {
+        tonic::Code::NotFound => EXIT_NOT_FOUND,
+        tonic::Code::FailedPrecondition => EXIT_NO_DEFINITION,
+        _ => super::EXIT_INVALID,
+    }))
+}
+
+/// "3m", "2h", "5d" from an RFC 3339 timestamp; "-" when unknown.
+pub fn age(created: &str) -> String {
+    let Some(then) = parse_rfc3339(created) else { return "-".to_owned() };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let s = (now - then).max(0);
+    match s {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+/// Seconds since the epoch of `YYYY-MM-DDTHH:MM:SSZ`.
+fn parse_rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 20 {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, mo, d, h, mi, se) = (n(0..4)?, n(5..7)?, n(8..10)?, n(11..13)?, n(14..16)?, n(17..19)?);
+    // Days from civil (Howard Hinnant's algorithm).
+    let y2 = if mo <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * (mo + if mo > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3600 + mi * 60 + se)
+}
+
+fn table(workloads: &[pb::Workload], wide: bool) -> String {
+    let rows: Vec<Vec<String>> = workloads
+        .iter()
+        .map(|w| {
+            let r = w.r#ref.clone().unwrap_or_default();
+            let pods = w.pods.unwrap_or_default();
+            let t = w.totals.clone().unwrap_or_default();
+            let mut row = vec![
+                r.namespace,
+                r.name,
+                r.kind,
+                tree::phase_name(w.status.as_ref().map_or(0, |s| s.phase)),
+                format!("{}/{}", pods.ready, pods.desired),
+                format!("{}/{}", tree::gpus(t.current.unwrap_or_default().gpus), tree::gpus(t.desired.unwrap_or_default().gpus)),
+                age(&w.created),
+            ];
+            if wide {
+                row.push(w.definition.clone().unwrap_or_default().name);
+                row.push(w.diagnostics.len().to_string());
+            }
+            row
+        })
+        .collect();
+    let mut headers = vec!["NAMESPACE", "NAME", "KIND", "STATUS", "READY", "GPUS", "AGE"];
+    if wide {
+        headers.extend(["DEFINITION", "DIAGNOSTICS"]);
+    }
+    tree::table(&headers, &rows)
+}
+
+fn split_kind_name(what: &str) -> (String, Option<String>) {
+    match what.split_once('/') {
+        Some((k, n)) => (k.to_owned(), Some(n.to_owned())),
+        None => (what.to_owned(), None),
+    }
+}
+
+fn singular(kind: &str) -> String {
+    kind.strip_suffix('s').filter(|k| !k.is_empty()).unwrap_or(kind).to_owned()
+}
+
+/// Runs `get`.
+pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let mut client = connect(&args.server).await?;
+        let ns = namespace(&args.server);
+        let (kind, name) = args.what.as_deref().map(split_kind_name).unwrap_or_default();
+        let mut workloads = Vec::new();
+        let mut token = String::new();
+        loop {
+            let req = pb::ListRequest {
+                namespace: ns.clone(),
+                kinds: if kind.is_empty() { vec![] } else { vec![kind.clone()] },
+                view: pb::View::Summary as i32,
+                page_size: 500,
+                page_token: token.clone(),
+                ..Default::default()
+            };
+            let page = match client.list(req).await {
+                Ok(r) => r.into_inner(),
+                Err(e) => return failed(e),
+            };
+            workloads.extend(page.workloads);
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            token = page.next_page_token;
+        }
+        if let Some(name) = &name {
+            workloads.retain(|w| w.r#ref.as_ref().is_some_and(|r| &r.name == name));
+            if workloads.is_empty() {
+                eprintln!("error: no {} named {name}", singular(&kind));
+                return Ok(ExitCode::from(EXIT_NOT_FOUND));
+            }
+        }
+        let text = match args.output {
+            GetFormat::Table | GetFormat::Wide => table(&workloads, args.output == GetFormat::Wide),
+            GetFormat::Json => output::json(&pb::ListResponse { workloads, ..Default::default() })?,
+            GetFormat::Yaml => output::yaml(&pb::ListResponse { workloads, ..Default::default() })?,
+        };
+        super::print_out(text.trim_end());
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Runs `describe`.
+pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let mut client = connect(&args.server).await?;
+        let (kind, name) = split_kind_name(&args.what);
+        let Some(name) = name else { anyhow::bail!("describe takes KIND/NAME") };
+        let mut namespace = args.server.namespace.clone().unwrap_or_default();
+        if namespace.is_empty() {
+            // Find the namespace from the list when not given.
+            let list = client
+                .list(pb::ListRequest { kinds: vec![kind.clone()], view: pb::View::Summary as i32, page_size: 1000, ..Default::default() })
+                .await;
+            if let Ok(l) = list {
+                if let Some(r) = l.into_inner().workloads.iter().filter_map(|w| w.r#ref.clone()).find(|r| r.name == name) {
+                    namespace = r.namespace;
+                }
+            }
+        }
+        let req = pb::ResolveRequest {
+            target: Some(pb::resolve_request::Target::Workload(pb::ObjectRef { kind: singular(&kind), namespace, name, ..Default::default() })),
+            view: pb::View::Full as i32,
+        };
+        match client.resolve(req).await {
+            Ok(r) => {
+                let w = r.into_inner().workload.unwrap_or_default();
+                super::print_out(tree::render(&w).trim_end());
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => failed(e),
+        }
+    })
+}
+
+/// Runs `watch`: one line per event until interrupted.
+pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let mut client = connect(&args.server).await?;
+        let req = pb::WatchRequest {
+            namespace: namespace(&args.server),
+            kinds: args.kind.clone().into_iter().collect(),
+            since_revision: args.since,
+            view: pb::View::Summary as i32,
+            ..Default::default()
+        };
+        let mut stream = match client.watch(req).await {
+            Ok(s) => s.into_inner(),
+            Err(e) => return failed(e),
+        };
+        loop {
+            match stream.message().await {
+                Ok(Some(e)) => {
+                    let kind = pb::EventType::try_from(e.r#type).unwrap_or(pb::EventType::Unspecified);
+                    let name = kind.as_str_name().trim_start_matches("EVENT_TYPE_");
+                    match e.workload {
+                        Some(w) => {
+                            let r = w.r#ref.clone().unwrap_or_default();
+                            let pods = w.pods.unwrap_or_default();
+                            let t = w.totals.unwrap_or_default();
+                            super::print_out(&format!(
+                                "{:<8} {name:<9} {}/{}/{}  {}  {}/{} ready  gpu {}/{}",
+                                e.revision,
+                                r.kind,
+                                r.namespace,
+                                r.name,
+                                tree::phase_name(w.status.map_or(0, |s| s.phase)),
+                                pods.ready,
+                                pods.desired,
+                                tree::gpus(t.current.unwrap_or_default().gpus),
+                                tree::gpus(t.desired.unwrap_or_default().gpus)
+                            ));
+                        }
+                        None => super::print_out(&format!("{:<8} {name}", e.revision)),
+                    }
+                }
+                Ok(None) => return Ok(ExitCode::SUCCESS),
+                Err(e) => return failed(e),
+            }
+        }
+    })
+}
+
+/// Runs `totals`.
+pub fn totals(args: TotalsArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let mut client = connect(&args.server).await?;
+        let group_by = match args.by {
+            By::Namespace => pb::GroupBy::Namespace,
+            By::Kind => pb::GroupBy::Kind,
+            By::Workload => pb::GroupBy::Workload,
+        };
+        let resp = match client.totals(pb::TotalsRequest { group_by: group_by as i32, namespace: namespace(&args.server) }).await {
+            Ok(r) => r.into_inner(),
+            Err(e) => return failed(e),
+        };
+        let rows: Vec<Vec<String>> = resp
+            .rows
+            .iter()
+            .map(|r| {
+                let t = r.totals.clone().unwrap_or_default();
+                let (d, c) = (t.desired.unwrap_or_default(), t.current.unwrap_or_default());
+                let p = r.pods.unwrap_or_default();
+                vec![
+                    r.key.clone(),
+                    r.workloads.to_string(),
+                    format!("{}/{}", p.ready, p.desired),
+                    format!("{}/{}", tree::gpus(c.gpus), tree::gpus(d.gpus)),
+                    format!("{}/{}", tree::cpu(c.cpu_millis), tree::cpu(d.cpu_millis)),
+                    format!("{}/{}", tree::memory(c.memory_bytes), tree::memory(d.memory_bytes)),
+                ]
+            })
+            .collect();
+        let key = match args.by {
+            By::Namespace => "NAMESPACE",
+            By::Kind => "KIND",
+            By::Workload => "WORKLOAD",
+        };
+        super::print_out(tree::table(&[key, "WORKLOADS", "READY", "GPUS", "CPU", "MEMORY"], &rows).trim_end());
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_timestamps() {
+        assert_eq!(super::parse_rfc3339("1970-01-02T00:00:00Z"), Some(86_400));
+        assert_eq!(super::parse_rfc3339("2026-11-30T00:00:00Z"), Some(1_795_996_800));
+        assert_eq!(super::parse_rfc3339("nope"), None);
+    }
+}
