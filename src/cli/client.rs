@@ -1,6 +1,6 @@
 //! Client commands against a running server: `get`, `describe`, `watch`, `totals`.
 
-use super::{output, tree, EXIT_NOT_FOUND, EXIT_NO_DEFINITION};
+use super::{EXIT_NO_DEFINITION, EXIT_NOT_FOUND, output, tree};
 use crate::proto::v1 as pb;
 use crate::proto::v1::workload_resolver_client::WorkloadResolverClient;
 use anyhow::Context;
@@ -12,7 +12,12 @@ use tonic::transport::Channel;
 #[derive(Debug, clap::Args)]
 pub struct ServerArgs {
     /// The kartograf server.
-    #[arg(long, env = "KARTOGRAF_SERVER", default_value = "http://localhost:50051", global = true)]
+    #[arg(
+        long,
+        env = "KARTOGRAF_SERVER",
+        default_value = "http://localhost:50051",
+        global = true
+    )]
     pub server: String,
     /// Namespace (default: all namespaces).
     #[arg(short = 'n', long, global = true)]
@@ -90,7 +95,10 @@ pub struct TotalsArgs {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")
 }
 
 async fn connect(server: &ServerArgs) -> anyhow::Result<WorkloadResolverClient<Channel>> {
@@ -98,12 +106,21 @@ async fn connect(server: &ServerArgs) -> anyhow::Result<WorkloadResolverClient<C
         .with_context(|| format!("bad --server {}", server.server))?
         .connect()
         .await
-        .with_context(|| format!("cannot reach kartograf at {} (is `kartograf serve` running?)", server.server))?;
+        .with_context(|| {
+            format!(
+                "cannot reach kartograf at {} (is `kartograf serve` running?)",
+                server.server
+            )
+        })?;
     Ok(WorkloadResolverClient::new(channel))
 }
 
 fn namespace(server: &ServerArgs) -> String {
-    if server.all_namespaces { String::new() } else { server.namespace.clone().unwrap_or_default() }
+    if server.all_namespaces {
+        String::new()
+    } else {
+        server.namespace.clone().unwrap_or_default()
+    }
 }
 
 /// Exit code and message for a failed call.
@@ -118,8 +135,12 @@ fn failed(status: tonic::Status) -> anyhow::Result<ExitCode> {
 
 /// "3m", "2h", "5d" from an RFC 3339 timestamp; "-" when unknown.
 pub fn age(created: &str) -> String {
-    let Some(then) = parse_rfc3339(created) else { return "-".to_owned() };
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let Some(then) = parse_rfc3339(created) else {
+        return "-".to_owned();
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
     let s = (now - then).max(0);
     match s {
         s if s < 120 => format!("{s}s"),
@@ -136,7 +157,14 @@ fn parse_rfc3339(s: &str) -> Option<i64> {
         return None;
     }
     let n = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d, h, mi, se) = (n(0..4)?, n(5..7)?, n(8..10)?, n(11..13)?, n(14..16)?, n(17..19)?);
+    let (y, mo, d, h, mi, se) = (
+        n(0..4)?,
+        n(5..7)?,
+        n(8..10)?,
+        n(11..13)?,
+        n(14..16)?,
+        n(17..19)?,
+    );
     // Days from civil (Howard Hinnant's algorithm).
     let y2 = if mo <= 2 { y - 1 } else { y };
     let era = y2.div_euclid(400);
@@ -160,7 +188,11 @@ fn table(workloads: &[pb::Workload], wide: bool) -> String {
                 r.kind,
                 tree::phase_name(w.status.as_ref().map_or(0, |s| s.phase)),
                 format!("{}/{}", pods.ready, pods.desired),
-                format!("{}/{}", tree::gpus(t.current.unwrap_or_default().gpus), tree::gpus(t.desired.unwrap_or_default().gpus)),
+                format!(
+                    "{}/{}",
+                    tree::gpus(t.current.unwrap_or_default().gpus),
+                    tree::gpus(t.desired.unwrap_or_default().gpus)
+                ),
                 age(&w.created),
             ];
             if wide {
@@ -170,7 +202,15 @@ fn table(workloads: &[pb::Workload], wide: bool) -> String {
             row
         })
         .collect();
-    let mut headers = vec!["NAMESPACE", "NAME", "KIND", "STATUS", "READY", "GPUS", "AGE"];
+    let mut headers = vec![
+        "NAMESPACE",
+        "NAME",
+        "KIND",
+        "STATUS",
+        "READY",
+        "GPUS",
+        "AGE",
+    ];
     if wide {
         headers.extend(["DEFINITION", "DIAGNOSTICS"]);
     }
@@ -185,7 +225,10 @@ fn split_kind_name(what: &str) -> (String, Option<String>) {
 }
 
 fn singular(kind: &str) -> String {
-    kind.strip_suffix('s').filter(|k| !k.is_empty()).unwrap_or(kind).to_owned()
+    kind.strip_suffix('s')
+        .filter(|k| !k.is_empty())
+        .unwrap_or(kind)
+        .to_owned()
 }
 
 /// Runs `get`.
@@ -193,13 +236,21 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let mut client = connect(&args.server).await?;
         let ns = namespace(&args.server);
-        let (kind, name) = args.what.as_deref().map(split_kind_name).unwrap_or_default();
+        let (kind, name) = args
+            .what
+            .as_deref()
+            .map(split_kind_name)
+            .unwrap_or_default();
         let mut workloads = Vec::new();
         let mut token = String::new();
         loop {
             let req = pb::ListRequest {
                 namespace: ns.clone(),
-                kinds: if kind.is_empty() { vec![] } else { vec![kind.clone()] },
+                kinds: if kind.is_empty() {
+                    vec![]
+                } else {
+                    vec![kind.clone()]
+                },
                 view: pb::View::Summary as i32,
                 page_size: 500,
                 page_token: token.clone(),
@@ -224,8 +275,14 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
         }
         let text = match args.output {
             GetFormat::Table | GetFormat::Wide => table(&workloads, args.output == GetFormat::Wide),
-            GetFormat::Json => output::json(&pb::ListResponse { workloads, ..Default::default() })?,
-            GetFormat::Yaml => output::yaml(&pb::ListResponse { workloads, ..Default::default() })?,
+            GetFormat::Json => output::json(&pb::ListResponse {
+                workloads,
+                ..Default::default()
+            })?,
+            GetFormat::Yaml => output::yaml(&pb::ListResponse {
+                workloads,
+                ..Default::default()
+            })?,
         };
         super::print_out(text.trim_end());
         Ok(ExitCode::SUCCESS)
@@ -237,21 +294,38 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let mut client = connect(&args.server).await?;
         let (kind, name) = split_kind_name(&args.what);
-        let Some(name) = name else { anyhow::bail!("describe takes KIND/NAME") };
+        let Some(name) = name else {
+            anyhow::bail!("describe takes KIND/NAME")
+        };
         let mut namespace = args.server.namespace.clone().unwrap_or_default();
         if namespace.is_empty() {
             // Find the namespace from the list when not given.
             let list = client
-                .list(pb::ListRequest { kinds: vec![kind.clone()], view: pb::View::Summary as i32, page_size: 1000, ..Default::default() })
+                .list(pb::ListRequest {
+                    kinds: vec![kind.clone()],
+                    view: pb::View::Summary as i32,
+                    page_size: 1000,
+                    ..Default::default()
+                })
                 .await;
-            if let Ok(l) = list {
-                if let Some(r) = l.into_inner().workloads.iter().filter_map(|w| w.r#ref.clone()).find(|r| r.name == name) {
-                    namespace = r.namespace;
-                }
+            if let Ok(l) = list
+                && let Some(r) = l
+                    .into_inner()
+                    .workloads
+                    .iter()
+                    .filter_map(|w| w.r#ref.clone())
+                    .find(|r| r.name == name)
+            {
+                namespace = r.namespace;
             }
         }
         let req = pb::ResolveRequest {
-            target: Some(pb::resolve_request::Target::Workload(pb::ObjectRef { kind: singular(&kind), namespace, name, ..Default::default() })),
+            target: Some(pb::resolve_request::Target::Workload(pb::ObjectRef {
+                kind: singular(&kind),
+                namespace,
+                name,
+                ..Default::default()
+            })),
             view: pb::View::Full as i32,
         };
         match client.resolve(req).await {
@@ -283,7 +357,8 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
         loop {
             match stream.message().await {
                 Ok(Some(e)) => {
-                    let kind = pb::EventType::try_from(e.r#type).unwrap_or(pb::EventType::Unspecified);
+                    let kind =
+                        pb::EventType::try_from(e.r#type).unwrap_or(pb::EventType::Unspecified);
                     let name = kind.as_str_name().trim_start_matches("EVENT_TYPE_");
                     match e.workload {
                         Some(w) => {
@@ -322,7 +397,13 @@ pub fn totals(args: TotalsArgs) -> anyhow::Result<ExitCode> {
             By::Kind => pb::GroupBy::Kind,
             By::Workload => pb::GroupBy::Workload,
         };
-        let resp = match client.totals(pb::TotalsRequest { group_by: group_by as i32, namespace: namespace(&args.server) }).await {
+        let resp = match client
+            .totals(pb::TotalsRequest {
+                group_by: group_by as i32,
+                namespace: namespace(&args.server),
+            })
+            .await
+        {
             Ok(r) => r.into_inner(),
             Err(e) => return failed(e),
         };
@@ -339,7 +420,11 @@ pub fn totals(args: TotalsArgs) -> anyhow::Result<ExitCode> {
                     format!("{}/{}", p.ready, p.desired),
                     format!("{}/{}", tree::gpus(c.gpus), tree::gpus(d.gpus)),
                     format!("{}/{}", tree::cpu(c.cpu_millis), tree::cpu(d.cpu_millis)),
-                    format!("{}/{}", tree::memory(c.memory_bytes), tree::memory(d.memory_bytes)),
+                    format!(
+                        "{}/{}",
+                        tree::memory(c.memory_bytes),
+                        tree::memory(d.memory_bytes)
+                    ),
                 ]
             })
             .collect();
@@ -348,7 +433,9 @@ pub fn totals(args: TotalsArgs) -> anyhow::Result<ExitCode> {
             By::Kind => "KIND",
             By::Workload => "WORKLOAD",
         };
-        super::print_out(tree::table(&[key, "WORKLOADS", "READY", "GPUS", "CPU", "MEMORY"], &rows).trim_end());
+        super::print_out(
+            tree::table(&[key, "WORKLOADS", "READY", "GPUS", "CPU", "MEMORY"], &rows).trim_end(),
+        );
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -358,7 +445,10 @@ mod tests {
     #[test]
     fn parses_timestamps() {
         assert_eq!(super::parse_rfc3339("1970-01-02T00:00:00Z"), Some(86_400));
-        assert_eq!(super::parse_rfc3339("2026-11-30T00:00:00Z"), Some(1_795_996_800));
+        assert_eq!(
+            super::parse_rfc3339("2026-11-30T00:00:00Z"),
+            Some(1_795_996_800)
+        );
         assert_eq!(super::parse_rfc3339("nope"), None);
     }
 }

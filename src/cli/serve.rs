@@ -39,16 +39,26 @@ pub struct Args {
 
 /// Runs `serve` until SIGINT/SIGTERM.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
     runtime.block_on(serve(args))
 }
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     if !args.manifests.exists() {
-        anyhow::bail!("--manifests {}: no such file or directory", args.manifests.display());
+        anyhow::bail!(
+            "--manifests {}: no such file or directory",
+            args.manifests.display()
+        );
     }
     let report = Arc::new(LoadReport::default());
-    let mut reloader = args.definitions.definitions.as_deref().map(definitions::Reloader::new);
+    let mut reloader = args
+        .definitions
+        .definitions
+        .as_deref()
+        .map(definitions::Reloader::new);
     let catalog = match reloader.as_mut() {
         Some(r) => {
             let (catalog, errors) = r.reload();
@@ -58,7 +68,9 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
             report.set(errors);
             catalog
         }
-        None => Catalog::embedded().map_err(|e| anyhow::anyhow!("embedded catalog invalid: {e:?}"))?,
+        None => {
+            Catalog::embedded().map_err(|e| anyhow::anyhow!("embedded catalog invalid: {e:?}"))?
+        }
     };
     let index = Arc::new(
         Index::new(catalog, &[manifests::SOURCE])
@@ -70,11 +82,24 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(r) = reloader {
         tokio::spawn(definitions::run(r, index.clone(), report.clone()));
     }
-    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
     let local = listener.local_addr()?;
-    eprintln!("kartograf serving gRPC on {local} (manifests: {})", args.manifests.display());
-    let shared = Shared { index, report, shutdown: shutdown_rx };
-    let settings = Settings { listen: local, request_timeout: args.request_timeout, concurrency_limit: args.concurrency_limit };
+    eprintln!(
+        "kartograf serving gRPC on {local} (manifests: {})",
+        args.manifests.display()
+    );
+    let shared = Shared {
+        index,
+        report,
+        shutdown: shutdown_rx,
+    };
+    let settings = Settings {
+        listen: local,
+        request_timeout: args.request_timeout,
+        concurrency_limit: args.concurrency_limit,
+    };
     let server = tokio::spawn(server::serve(listener, shared, settings));
     wait_for_signal().await;
     eprintln!("kartograf shutting down");
@@ -93,13 +118,14 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
 async fn wait_for_signal() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}

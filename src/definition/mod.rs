@@ -72,6 +72,9 @@ impl LoadReport {
 
     /// The reported errors.
     pub fn get(&self) -> Vec<DefinitionError> {
-        self.errors.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }

@@ -95,6 +95,13 @@ impl OwnerGraph for Graph<'_> {
 
 type PreparedKey = (String, u64, u64);
 
+/// A resolved root: its graph, where each pod sits, and the root's labels.
+type Resolved = (
+    pb::Workload,
+    HashMap<String, pb::PodPlacement>,
+    Vec<(String, String)>,
+);
+
 /// The index. Cheap to share (`Arc<Index>`); all methods take `&self`.
 pub struct Index {
     state: Mutex<State>,
@@ -111,7 +118,10 @@ impl Index {
     /// finish before the index reports itself synced.
     pub fn new(catalog: Catalog, sources: &[&str]) -> Index {
         let (revision_tx, _) = tokio::sync::watch::channel(0);
-        let state = State { pending_sources: sources.iter().map(|s| (*s).to_owned()).collect(), ..State::default() };
+        let state = State {
+            pending_sources: sources.iter().map(|s| (*s).to_owned()).collect(),
+            ..State::default()
+        };
         Index {
             state: Mutex::new(state),
             catalog: ArcSwap::from_pointee(catalog),
@@ -196,8 +206,12 @@ impl Index {
                 Err(e) => skipped.push(e),
             }
         }
-        let stale: Vec<String> =
-            st.entries.iter().filter(|(uid, e)| e.source == source && !seen.contains(*uid)).map(|(uid, _)| uid.clone()).collect();
+        let stale: Vec<String> = st
+            .entries
+            .iter()
+            .filter(|(uid, e)| e.source == source && !seen.contains(*uid))
+            .map(|(uid, _)| uid.clone())
+            .collect();
         for uid in stale {
             self.delete_locked(&mut st, &uid);
         }
@@ -209,7 +223,12 @@ impl Index {
     pub fn set_catalog(&self, catalog: Catalog) {
         self.catalog.store(Arc::new(catalog));
         let mut st = self.lock();
-        let all: Vec<String> = st.entries.keys().cloned().chain(st.workloads.keys().cloned()).collect();
+        let all: Vec<String> = st
+            .entries
+            .keys()
+            .cloned()
+            .chain(st.workloads.keys().cloned())
+            .collect();
         st.dirty.extend(all);
         self.flush(&mut st);
     }
@@ -232,16 +251,31 @@ impl Index {
         st.version_counter += 1;
         let version = st.version_counter;
         if let Some(owner) = meta.controller() {
-            st.children.entry(owner.uid.clone()).or_default().insert(uid.clone());
+            st.children
+                .entry(owner.uid.clone())
+                .or_default()
+                .insert(uid.clone());
         }
-        st.by_name.insert((meta.kind.clone(), meta.namespace.clone(), meta.name.clone()), uid.clone());
-        st.entries.insert(uid.clone(), Entry { cached, version, source: source.to_owned() });
+        st.by_name.insert(
+            (meta.kind.clone(), meta.namespace.clone(), meta.name.clone()),
+            uid.clone(),
+        );
+        st.entries.insert(
+            uid.clone(),
+            Entry {
+                cached,
+                version,
+                source: source.to_owned(),
+            },
+        );
         self.mark_affected(st, &uid);
         Ok(uid)
     }
 
     fn delete_locked(&self, st: &mut State, uid: &str) {
-        let Some(entry) = st.entries.get(uid) else { return };
+        let Some(entry) = st.entries.get(uid) else {
+            return;
+        };
         let meta = entry.cached.meta().clone();
         self.mark_affected(st, uid);
         self.unlink(st, uid, &meta);
@@ -250,12 +284,12 @@ impl Index {
     }
 
     fn unlink(&self, st: &mut State, uid: &str, meta: &ObjectMeta) {
-        if let Some(owner) = meta.controller() {
-            if let Some(set) = st.children.get_mut(&owner.uid) {
-                set.remove(uid);
-                if set.is_empty() {
-                    st.children.remove(&owner.uid);
-                }
+        if let Some(owner) = meta.controller()
+            && let Some(set) = st.children.get_mut(&owner.uid)
+        {
+            set.remove(uid);
+            if set.is_empty() {
+                st.children.remove(&owner.uid);
             }
         }
         let key = (meta.kind.clone(), meta.namespace.clone(), meta.name.clone());
@@ -311,13 +345,27 @@ impl Index {
                 continue;
             }
             if let Some((graph, placements, labels)) = self.resolve_root(st, &uid, &catalog) {
-                let kind = if st.workloads.contains_key(&uid) { pb::EventType::Modified } else { pb::EventType::Added };
-                let same = st.workloads.get(&uid).is_some_and(|w| same_graph(&w.graph, &graph));
+                let kind = if st.workloads.contains_key(&uid) {
+                    pb::EventType::Modified
+                } else {
+                    pb::EventType::Added
+                };
+                let same = st
+                    .workloads
+                    .get(&uid)
+                    .is_some_and(|w| same_graph(&w.graph, &graph));
                 if !same {
                     let mut graph = graph;
                     graph.revision = st.revision + 1;
                     let graph = Arc::new(graph);
-                    st.workloads.insert(uid.clone(), WorkloadEntry { graph: graph.clone(), placements, labels });
+                    st.workloads.insert(
+                        uid.clone(),
+                        WorkloadEntry {
+                            graph: graph.clone(),
+                            placements,
+                            labels,
+                        },
+                    );
                     self.publish(st, kind, graph);
                     changed = true;
                 } else if let Some(w) = st.workloads.get_mut(&uid) {
@@ -333,30 +381,37 @@ impl Index {
     fn publish(&self, st: &mut State, kind: pb::EventType, workload: Arc<pb::Workload>) {
         st.revision += 1;
         let revision = st.revision;
-        st.history.push_back(Change { revision, kind, workload });
+        st.history.push_back(Change {
+            revision,
+            kind,
+            workload,
+        });
         while st.history.len() > self.history_cap {
             st.history.pop_front();
         }
     }
 
     /// Resolves root `uid` with the pods below it.
-    fn resolve_root(
-        &self,
-        st: &mut State,
-        uid: &str,
-        catalog: &Catalog,
-    ) -> Option<(pb::Workload, HashMap<String, pb::PodPlacement>, Vec<(String, String)>)> {
+    fn resolve_root(&self, st: &mut State, uid: &str, catalog: &Catalog) -> Option<Resolved> {
         let entry = st.entries.get(uid)?;
         let root: Object = match &entry.cached {
             Cached::Object(o) => (**o).clone(),
-            Cached::Pod(p) => Object { meta: p.meta.clone(), value: p.value.clone(), problem: p.problem.clone() },
+            Cached::Pod(p) => Object {
+                meta: p.meta.clone(),
+                value: p.value.clone(),
+                problem: p.problem.clone(),
+            },
         };
         let lookup = catalog.lookup(&root.meta.api_version, &root.meta.kind)?;
         let key = (uid.to_owned(), entry.version, catalog.generation());
         let prepared = match self.prepared.get(&key) {
             Some(p) => p,
             None => {
-                let p = Arc::new(resolve::prepare(&lookup.definition, &root, Some(Instant::now() + self.resolve_timeout)));
+                let p = Arc::new(resolve::prepare(
+                    &lookup.definition,
+                    &root,
+                    Some(Instant::now() + self.resolve_timeout),
+                ));
                 self.prepared.insert(key, p.clone());
                 p
             }
@@ -403,7 +458,12 @@ impl Index {
         let labels = crate::expr::value::get_path(&root.value, &["metadata", "labels"])
             .map(|l| {
                 crate::expr::value::entries(l)
-                    .map(|(k, v)| (crate::expr::value::to_text(k), crate::expr::value::to_text(v)))
+                    .map(|(k, v)| {
+                        (
+                            crate::expr::value::to_text(k),
+                            crate::expr::value::to_text(v),
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default();

@@ -39,7 +39,9 @@ impl Filter {
         }
         if !self.kinds.is_empty() {
             let kind = r.map_or("", |r| r.kind.as_str());
-            let group = r.map_or("", |r| r.api_version.rsplit_once('/').map_or("", |(g, _)| g));
+            let group = r.map_or("", |r| {
+                r.api_version.rsplit_once('/').map_or("", |(g, _)| g)
+            });
             let ok = self.kinds.iter().any(|k| match k.split_once('/') {
                 Some((g, kd)) => g == group && kd.eq_ignore_ascii_case(kind),
                 None => k.eq_ignore_ascii_case(kind) || k.eq_ignore_ascii_case(&format!("{kind}s")),
@@ -61,7 +63,12 @@ enum Requirement {
 
 impl Requirement {
     fn matches(&self, labels: &[(String, String)]) -> bool {
-        let get = |k: &str| labels.iter().find(|(lk, _)| lk == k).map(|(_, v)| v.as_str());
+        let get = |k: &str| {
+            labels
+                .iter()
+                .find(|(lk, _)| lk == k)
+                .map(|(_, v)| v.as_str())
+        };
         match self {
             Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
             Requirement::Ne(k, v) => get(k) != Some(v.as_str()),
@@ -81,7 +88,9 @@ fn parse_selector(s: &str) -> Result<Vec<Requirement>, String> {
         } else if let Some(k) = part.strip_prefix('!') {
             Requirement::NotExists(k.trim().to_owned())
         } else if part.contains(' ') || part.contains('(') {
-            return Err(format!("unsupported selector `{part}`: use key=value, key!=value, key or !key"));
+            return Err(format!(
+                "unsupported selector `{part}`: use key=value, key!=value, key or !key"
+            ));
         } else {
             Requirement::Exists(part.to_owned())
         };
@@ -112,8 +121,15 @@ fn add_resources(into: &mut pb::Resources, r: &pb::Resources) {
     into.memory_bytes += r.memory_bytes;
     for (k, v) in &r.raw {
         let sum = crate::resolve::resources::parse_quantity(v).unwrap_or(0)
-            + into.raw.get(k).and_then(|x| crate::resolve::resources::parse_quantity(x)).unwrap_or(0);
-        into.raw.insert(k.clone(), crate::resolve::resources::format_quantity(k, sum));
+            + into
+                .raw
+                .get(k)
+                .and_then(|x| crate::resolve::resources::parse_quantity(x))
+                .unwrap_or(0);
+        into.raw.insert(
+            k.clone(),
+            crate::resolve::resources::format_quantity(k, sum),
+        );
     }
 }
 
@@ -157,10 +173,16 @@ impl Index {
 
     /// The workload that owns a cached pod, and where the pod sits; `Err(true)` when the pod
     /// is cached but belongs to no workload, `Err(false)` when it is not cached.
-    pub fn workload_of_pod(&self, r: &pb::ObjectRef) -> Result<(Arc<pb::Workload>, pb::PodPlacement), bool> {
+    pub fn workload_of_pod(
+        &self,
+        r: &pb::ObjectRef,
+    ) -> Result<(Arc<pb::Workload>, pb::PodPlacement), bool> {
         let st = self.lock();
         let uid = if r.uid.is_empty() {
-            st.by_name.get(&("Pod".to_owned(), r.namespace.clone(), r.name.clone())).cloned().ok_or(false)?
+            st.by_name
+                .get(&("Pod".to_owned(), r.namespace.clone(), r.name.clone()))
+                .cloned()
+                .ok_or(false)?
         } else {
             r.uid.clone()
         };
@@ -175,12 +197,24 @@ impl Index {
 
     /// Matching workloads in (namespace, kind, name) order, from `offset`, at most `limit`;
     /// also returns the revision.
-    pub fn list(&self, filter: &Filter, offset: usize, limit: usize) -> (Vec<Arc<pb::Workload>>, bool, u64) {
+    pub fn list(
+        &self,
+        filter: &Filter,
+        offset: usize,
+        limit: usize,
+    ) -> (Vec<Arc<pb::Workload>>, bool, u64) {
         let st = self.lock();
-        let matching: Vec<&WorkloadEntry> =
-            Self::entries_sorted(&st).into_iter().filter(|w| filter.matches(&w.graph, &w.labels)).collect();
+        let matching: Vec<&WorkloadEntry> = Self::entries_sorted(&st)
+            .into_iter()
+            .filter(|w| filter.matches(&w.graph, &w.labels))
+            .collect();
         let more = matching.len() > offset + limit;
-        let page = matching.into_iter().skip(offset).take(limit).map(|w| w.graph.clone()).collect();
+        let page = matching
+            .into_iter()
+            .skip(offset)
+            .take(limit)
+            .map(|w| w.graph.clone())
+            .collect();
         (page, more, st.revision)
     }
 
@@ -194,15 +228,28 @@ impl Index {
             if !namespace.is_empty() && r.namespace != namespace {
                 continue;
             }
-            let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g).to_owned();
+            let group = r
+                .api_version
+                .rsplit_once('/')
+                .map_or("", |(g, _)| g)
+                .to_owned();
             let k = match key {
                 TotalsKey::Namespace => r.namespace.clone(),
-                TotalsKey::Kind => if group.is_empty() { r.kind.clone() } else { format!("{group}/{}", r.kind) },
+                TotalsKey::Kind => {
+                    if group.is_empty() {
+                        r.kind.clone()
+                    } else {
+                        format!("{group}/{}", r.kind)
+                    }
+                }
                 TotalsKey::Workload => format!("{}/{}/{}", r.namespace, r.kind, r.name),
             };
             let row = rows.entry(k.clone()).or_insert_with(|| pb::TotalsRow {
                 key: k,
-                totals: Some(pb::Totals { desired: Some(Default::default()), current: Some(Default::default()) }),
+                totals: Some(pb::Totals {
+                    desired: Some(Default::default()),
+                    current: Some(Default::default()),
+                }),
                 pods: Some(Default::default()),
                 workloads: 0,
             });
@@ -246,18 +293,34 @@ impl Index {
         }
         let mut latest: BTreeMap<String, Change> = BTreeMap::new();
         for c in st.history.iter().filter(|c| c.revision > since) {
-            let uid = c.workload.r#ref.as_ref().map(|r| r.uid.clone()).unwrap_or_default();
+            let uid = c
+                .workload
+                .r#ref
+                .as_ref()
+                .map(|r| r.uid.clone())
+                .unwrap_or_default();
             // Labels as the workload has them now; a deletion is delivered whenever the
             // namespace and kind match (its labels are gone), so none is ever lost.
-            let labels = st.workloads.get(&uid).map(|w| w.labels.as_slice()).unwrap_or(&[]);
+            let labels = st
+                .workloads
+                .get(&uid)
+                .map(|w| w.labels.as_slice())
+                .unwrap_or(&[]);
             let deleted = c.kind == pb::EventType::Deleted;
-            if !(filter.matches(&c.workload, labels) || (deleted && filter.matches_scope(&c.workload))) {
+            if !(filter.matches(&c.workload, labels)
+                || (deleted && filter.matches_scope(&c.workload)))
+            {
                 continue;
             }
             let merged = match latest.remove(&uid) {
                 // Added then modified is still an addition for this subscriber.
-                Some(prev) if prev.kind == pb::EventType::Added && c.kind == pb::EventType::Modified => {
-                    Change { kind: pb::EventType::Added, ..c.clone() }
+                Some(prev)
+                    if prev.kind == pb::EventType::Added && c.kind == pb::EventType::Modified =>
+                {
+                    Change {
+                        kind: pb::EventType::Added,
+                        ..c.clone()
+                    }
                 }
                 _ => c.clone(),
             };

@@ -1,7 +1,7 @@
 //! `Definitions`: what is loaded, and validation (with a preview) of a candidate.
 
 use super::Shared;
-use crate::definition::{catalog, load, DefinitionError};
+use crate::definition::{DefinitionError, catalog, load};
 use crate::expr::Limits;
 use crate::object::{Object, Pod};
 use crate::proto::v1 as pb;
@@ -24,7 +24,11 @@ impl DefinitionsService {
 }
 
 fn gvk(k: &crate::definition::GroupVersionKind) -> pb::GroupVersionKind {
-    pb::GroupVersionKind { group: k.group.clone(), version: k.version.clone(), kind: k.kind.clone() }
+    pb::GroupVersionKind {
+        group: k.group.clone(),
+        version: k.version.clone(),
+        kind: k.kind.clone(),
+    }
 }
 
 #[tonic::async_trait]
@@ -42,25 +46,45 @@ impl pb::definitions_server::Definitions for DefinitionsService {
                 root_kind: Some(gvk(&d.root_kind)),
                 origin: d.origin.clone(),
                 generation: catalog.generation(),
-                last_error: errors.iter().filter(|e| e.source == d.source).map(ToString::to_string).collect::<Vec<_>>().join("; "),
+                last_error: errors
+                    .iter()
+                    .filter(|e| e.source == d.source)
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
                 active: true,
                 components: d.components.iter().map(|c| c.name.clone()).collect(),
             })
             .collect();
         // Files whose definitions never loaded.
         let active_sources: Vec<&str> = catalog.definitions().map(|d| d.source.as_str()).collect();
-        let mut failed: Vec<&DefinitionError> = errors.iter().filter(|e| !active_sources.contains(&e.source.as_str())).collect();
+        let mut failed: Vec<&DefinitionError> = errors
+            .iter()
+            .filter(|e| !active_sources.contains(&e.source.as_str()))
+            .collect();
         failed.sort_by(|a, b| a.source.cmp(&b.source));
-        for source in failed.iter().map(|e| e.source.clone()).collect::<std::collections::BTreeSet<_>>() {
+        for source in failed
+            .iter()
+            .map(|e| e.source.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+        {
             definitions.push(pb::DefinitionInfo {
                 name: source.clone(),
                 origin: "directory".to_owned(),
-                last_error: failed.iter().filter(|e| e.source == source).map(|e| e.to_string()).collect::<Vec<_>>().join("; "),
+                last_error: failed
+                    .iter()
+                    .filter(|e| e.source == source)
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; "),
                 active: false,
                 ..Default::default()
             });
         }
-        Ok(Response::new(pb::ListDefinitionsResponse { definitions, generation: catalog.generation() }))
+        Ok(Response::new(pb::ListDefinitionsResponse {
+            definitions,
+            generation: catalog.generation(),
+        }))
     }
 
     async fn validate_definition(
@@ -70,20 +94,33 @@ impl pb::definitions_server::Definitions for DefinitionsService {
         let req = request.into_inner();
         let (parsed, mut errors) = load::parse_text(&req.definition, "request");
         if parsed.is_empty() && errors.is_empty() {
-            errors.push(DefinitionError::new("request", "", None, "holds no definition"));
+            errors.push(DefinitionError::new(
+                "request",
+                "",
+                None,
+                "holds no definition",
+            ));
         }
         let (defs, compile_errors) = catalog::compile_all(parsed, "validate");
         errors.extend(compile_errors);
         let mut preview = None;
         if let (true, Some(sample), Some(def)) = (errors.is_empty(), req.sample, defs.first()) {
-            let object: serde_json::Value = serde_json::from_str(&sample.object_json)
-                .map_err(|e| Status::invalid_argument(format!("sample.object_json is not valid JSON: {e}")))?;
-            let root = Object::from_json(&object, Limits::default()).map_err(|e| Status::invalid_argument(format!("sample.object_json: {e}")))?;
+            let object: serde_json::Value =
+                serde_json::from_str(&sample.object_json).map_err(|e| {
+                    Status::invalid_argument(format!("sample.object_json is not valid JSON: {e}"))
+                })?;
+            let root = Object::from_json(&object, Limits::default())
+                .map_err(|e| Status::invalid_argument(format!("sample.object_json: {e}")))?;
             let mut pods = Vec::new();
             for (i, text) in sample.pods_json.iter().enumerate() {
-                let v: serde_json::Value = serde_json::from_str(text)
-                    .map_err(|e| Status::invalid_argument(format!("sample.pods_json[{i}] is not valid JSON: {e}")))?;
-                pods.push(Pod::from_json(&v, Limits::default()).map_err(|e| Status::invalid_argument(format!("sample.pods_json[{i}]: {e}")))?);
+                let v: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+                    Status::invalid_argument(format!(
+                        "sample.pods_json[{i}] is not valid JSON: {e}"
+                    ))
+                })?;
+                pods.push(Pod::from_json(&v, Limits::default()).map_err(|e| {
+                    Status::invalid_argument(format!("sample.pods_json[{i}]: {e}"))
+                })?);
             }
             let refs: Vec<&Pod> = pods.iter().collect();
             let input = resolve::Input {
@@ -101,7 +138,11 @@ impl pb::definitions_server::Definitions for DefinitionsService {
             valid: errors.is_empty(),
             errors: errors
                 .into_iter()
-                .map(|e| pb::DefinitionError { path: e.path, expression: e.expression.unwrap_or_default(), message: e.message })
+                .map(|e| pb::DefinitionError {
+                    path: e.path,
+                    expression: e.expression.unwrap_or_default(),
+                    message: e.message,
+                })
                 .collect(),
             preview,
         }))

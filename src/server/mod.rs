@@ -68,16 +68,26 @@ pub async fn serve(
         let index = shared.index.clone();
         let mut shutdown = shared.shutdown.clone();
         tokio::spawn(async move {
-            let names = ["", "kartograf.v1.WorkloadResolver", "kartograf.v1.Definitions"];
+            let names = [
+                "",
+                "kartograf.v1.WorkloadResolver",
+                "kartograf.v1.Definitions",
+            ];
             let mut serving = false;
             for n in names {
-                reporter.set_service_status(n, tonic_health::ServingStatus::NotServing).await;
+                reporter
+                    .set_service_status(n, tonic_health::ServingStatus::NotServing)
+                    .await;
             }
             loop {
                 let now = index.synced() && !*shutdown.borrow();
                 if now != serving {
                     serving = now;
-                    let status = if now { tonic_health::ServingStatus::Serving } else { tonic_health::ServingStatus::NotServing };
+                    let status = if now {
+                        tonic_health::ServingStatus::Serving
+                    } else {
+                        tonic_health::ServingStatus::NotServing
+                    };
                     for n in names {
                         reporter.set_service_status(n, status).await;
                     }
@@ -90,14 +100,22 @@ pub async fn serve(
         })
     };
 
-    let resolver = pb::workload_resolver_server::WorkloadResolverServer::new(ResolverService::new(shared.clone()));
-    let definitions = pb::definitions_server::DefinitionsServer::new(DefinitionsService::new(shared.clone()));
+    let resolver = pb::workload_resolver_server::WorkloadResolverServer::new(ResolverService::new(
+        shared.clone(),
+    ));
+    let definitions =
+        pb::definitions_server::DefinitionsServer::new(DefinitionsService::new(shared.clone()));
     let mut shutdown = shared.shutdown.clone();
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let result = tonic::transport::Server::builder()
         .timeout(settings.request_timeout)
         .concurrency_limit_per_connection(256)
-        .layer(tower::ServiceBuilder::new().load_shed().concurrency_limit(settings.concurrency_limit).into_inner())
+        .layer(
+            tower::ServiceBuilder::new()
+                .load_shed()
+                .concurrency_limit(settings.concurrency_limit)
+                .into_inner(),
+        )
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

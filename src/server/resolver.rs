@@ -29,7 +29,9 @@ impl ResolverService {
         if self.shared.index.synced() {
             Ok(())
         } else {
-            Err(Status::unavailable("kartograf is still loading its first full view of the cluster; retry shortly"))
+            Err(Status::unavailable(
+                "kartograf is still loading its first full view of the cluster; retry shortly",
+            ))
         }
     }
 }
@@ -44,27 +46,40 @@ pub(super) fn view(graph: &Arc<pb::Workload>, view: i32) -> pb::Workload {
 }
 
 fn parse_json(text: &str, what: &str) -> Result<serde_json::Value, Status> {
-    serde_json::from_str(text).map_err(|e| Status::invalid_argument(format!("{what} is not valid JSON: {e}")))
+    serde_json::from_str(text)
+        .map_err(|e| Status::invalid_argument(format!("{what} is not valid JSON: {e}")))
 }
 
 #[tonic::async_trait]
 impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
-    async fn resolve(&self, request: Request<pb::ResolveRequest>) -> Result<Response<pb::ResolveResponse>, Status> {
+    async fn resolve(
+        &self,
+        request: Request<pb::ResolveRequest>,
+    ) -> Result<Response<pb::ResolveResponse>, Status> {
         let req = request.into_inner();
         let index = &self.shared.index;
         match req.target {
-            None => Err(Status::invalid_argument("set one of target.workload, target.pod or target.inline")),
+            None => Err(Status::invalid_argument(
+                "set one of target.workload, target.pod or target.inline",
+            )),
             Some(pb::resolve_request::Target::Workload(r)) => {
                 self.ready()?;
                 if r.name.is_empty() && r.uid.is_empty() {
-                    return Err(Status::invalid_argument("workload needs a uid, or a name (with namespace and kind)"));
+                    return Err(Status::invalid_argument(
+                        "workload needs a uid, or a name (with namespace and kind)",
+                    ));
                 }
                 if let Some(w) = index.workload(&r) {
-                    return Ok(Response::new(pb::ResolveResponse { workload: Some(view(&w, req.view)), pod: None }));
+                    return Ok(Response::new(pb::ResolveResponse {
+                        workload: Some(view(&w, req.view)),
+                        pod: None,
+                    }));
                 }
                 let catalog = index.catalog();
                 if !r.kind.is_empty() {
-                    let known = catalog.definitions().any(|d| d.root_kind.kind.eq_ignore_ascii_case(&r.kind));
+                    let known = catalog
+                        .definitions()
+                        .any(|d| d.root_kind.kind.eq_ignore_ascii_case(&r.kind));
                     if !known {
                         return Err(Status::failed_precondition(format!(
                             "no definition covers kind `{}`; see ListDefinitions (add one with --definitions or a Karta object)",
@@ -72,29 +87,54 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
                         )));
                     }
                 }
-                let what = if r.uid.is_empty() { format!("{}/{}/{}", r.kind, r.namespace, r.name) } else { format!("uid {}", r.uid) };
-                Err(Status::not_found(format!("no workload {what} is known (is it part of another workload, or not created yet?)")))
+                let what = if r.uid.is_empty() {
+                    format!("{}/{}/{}", r.kind, r.namespace, r.name)
+                } else {
+                    format!("uid {}", r.uid)
+                };
+                Err(Status::not_found(format!(
+                    "no workload {what} is known (is it part of another workload, or not created yet?)"
+                )))
             }
             Some(pb::resolve_request::Target::Pod(r)) => {
                 self.ready()?;
                 match index.workload_of_pod(&r) {
-                    Ok((w, placement)) => Ok(Response::new(pb::ResolveResponse { workload: Some(view(&w, req.view)), pod: Some(placement) })),
-                    Err(true) => Err(Status::not_found(format!("pod {}/{} belongs to no known workload", r.namespace, r.name))),
-                    Err(false) => Err(Status::not_found(format!("pod {}/{} is not known", r.namespace, r.name))),
+                    Ok((w, placement)) => Ok(Response::new(pb::ResolveResponse {
+                        workload: Some(view(&w, req.view)),
+                        pod: Some(placement),
+                    })),
+                    Err(true) => Err(Status::not_found(format!(
+                        "pod {}/{} belongs to no known workload",
+                        r.namespace, r.name
+                    ))),
+                    Err(false) => Err(Status::not_found(format!(
+                        "pod {}/{} is not known",
+                        r.namespace, r.name
+                    ))),
                 }
             }
             Some(pb::resolve_request::Target::Inline(inline)) => {
                 let object = parse_json(&inline.object_json, "object_json")?;
-                let root = Object::from_json(&object, Limits::default()).map_err(|e| Status::invalid_argument(format!("object_json: {e}")))?;
+                let root = Object::from_json(&object, Limits::default())
+                    .map_err(|e| Status::invalid_argument(format!("object_json: {e}")))?;
                 let mut pods = Vec::new();
                 for (i, text) in inline.pods_json.iter().enumerate() {
                     let v = parse_json(text, &format!("pods_json[{i}]"))?;
-                    pods.push(Pod::from_json(&v, Limits::default()).map_err(|e| Status::invalid_argument(format!("pods_json[{i}]: {e}")))?);
+                    pods.push(
+                        Pod::from_json(&v, Limits::default()).map_err(|e| {
+                            Status::invalid_argument(format!("pods_json[{i}]: {e}"))
+                        })?,
+                    );
                 }
                 let catalog = index.catalog();
-                let lookup = catalog.lookup(&root.meta.api_version, &root.meta.kind).ok_or_else(|| {
-                    Status::failed_precondition(format!("no definition covers {}/{}", root.meta.api_version, root.meta.kind))
-                })?;
+                let lookup = catalog
+                    .lookup(&root.meta.api_version, &root.meta.kind)
+                    .ok_or_else(|| {
+                        Status::failed_precondition(format!(
+                            "no definition covers {}/{}",
+                            root.meta.api_version, root.meta.kind
+                        ))
+                    })?;
                 let refs: Vec<&Pod> = pods.iter().collect();
                 let input = resolve::Input {
                     definition: &lookup.definition,
@@ -109,15 +149,25 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
                 if req.view == pb::View::Summary as i32 {
                     resolve::summarize(&mut w);
                 }
-                Ok(Response::new(pb::ResolveResponse { workload: Some(w), pod: None }))
+                Ok(Response::new(pb::ResolveResponse {
+                    workload: Some(w),
+                    pod: None,
+                }))
             }
         }
     }
 
-    async fn list(&self, request: Request<pb::ListRequest>) -> Result<Response<pb::ListResponse>, Status> {
+    async fn list(
+        &self,
+        request: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
         self.ready()?;
         let req = request.into_inner();
-        let filter = Filter { namespace: req.namespace, kinds: req.kinds, label_selector: req.label_selector };
+        let filter = Filter {
+            namespace: req.namespace,
+            kinds: req.kinds,
+            label_selector: req.label_selector,
+        };
         filter.validate().map_err(Status::invalid_argument)?;
         let limit = match req.page_size as usize {
             0 => DEFAULT_PAGE,
@@ -126,25 +176,50 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
         let offset = if req.page_token.is_empty() {
             0
         } else {
-            req.page_token.parse::<usize>().map_err(|_| Status::invalid_argument("page_token is not one this server issued"))?
+            req.page_token
+                .parse::<usize>()
+                .map_err(|_| Status::invalid_argument("page_token is not one this server issued"))?
         };
         let (page, more, revision) = self.shared.index.list(&filter, offset, limit);
         let workloads = page.iter().map(|w| view(w, req.view)).collect();
-        let next_page_token = if more { (offset + limit).to_string() } else { String::new() };
-        Ok(Response::new(pb::ListResponse { workloads, next_page_token, revision }))
+        let next_page_token = if more {
+            (offset + limit).to_string()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(pb::ListResponse {
+            workloads,
+            next_page_token,
+            revision,
+        }))
     }
 
     type WatchStream = super::watch::WatchStream;
 
-    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
         self.ready()?;
         let req = request.into_inner();
-        let filter = Filter { namespace: req.namespace, kinds: req.kinds, label_selector: req.label_selector };
+        let filter = Filter {
+            namespace: req.namespace,
+            kinds: req.kinds,
+            label_selector: req.label_selector,
+        };
         filter.validate().map_err(Status::invalid_argument)?;
-        Ok(Response::new(super::watch::start(self.shared.clone(), filter, req.since_revision, req.view)))
+        Ok(Response::new(super::watch::start(
+            self.shared.clone(),
+            filter,
+            req.since_revision,
+            req.view,
+        )))
     }
 
-    async fn totals(&self, request: Request<pb::TotalsRequest>) -> Result<Response<pb::TotalsResponse>, Status> {
+    async fn totals(
+        &self,
+        request: Request<pb::TotalsRequest>,
+    ) -> Result<Response<pb::TotalsResponse>, Status> {
         self.ready()?;
         let req = request.into_inner();
         let key = match pb::GroupBy::try_from(req.group_by).unwrap_or(pb::GroupBy::Unspecified) {

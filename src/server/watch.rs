@@ -3,8 +3,8 @@
 //! history and reach it coalesced to the latest graph per workload. A subscriber that falls
 //! out of the history gets RESET and a fresh snapshot. Nobody waits for a slow subscriber.
 
-use super::resolver::view;
 use super::Shared;
+use super::resolver::view;
 use crate::index::Filter;
 use crate::proto::v1 as pb;
 use futures::Stream;
@@ -27,17 +27,33 @@ pub fn start(shared: Shared, filter: Filter, since: u64, view_kind: i32) -> Watc
 
 type Tx = mpsc::Sender<Result<pb::WatchEvent, Status>>;
 
-fn event(kind: pb::EventType, revision: u64, workload: Option<pb::Workload>) -> Result<pb::WatchEvent, Status> {
-    Ok(pb::WatchEvent { r#type: kind as i32, revision, workload })
+fn event(
+    kind: pb::EventType,
+    revision: u64,
+    workload: Option<pb::Workload>,
+) -> Result<pb::WatchEvent, Status> {
+    Ok(pb::WatchEvent {
+        r#type: kind as i32,
+        revision,
+        workload,
+    })
 }
 
 /// Sends the full snapshot then SYNCED; returns the revision it is current to.
 async fn snapshot(shared: &Shared, filter: &Filter, view_kind: i32, tx: &Tx) -> Option<u64> {
     let (all, revision) = shared.index.snapshot(filter);
     for w in &all {
-        tx.send(event(pb::EventType::Added, w.revision, Some(view(w, view_kind)))).await.ok()?;
+        tx.send(event(
+            pb::EventType::Added,
+            w.revision,
+            Some(view(w, view_kind)),
+        ))
+        .await
+        .ok()?;
     }
-    tx.send(event(pb::EventType::Synced, revision, None)).await.ok()?;
+    tx.send(event(pb::EventType::Synced, revision, None))
+        .await
+        .ok()?;
     Some(revision)
 }
 
@@ -55,7 +71,11 @@ async fn run(shared: Shared, filter: Filter, since: u64, view_kind: i32, tx: Tx)
     loop {
         match shared.index.changes_since(cursor, &filter) {
             None => {
-                if tx.send(event(pb::EventType::Reset, cursor, None)).await.is_err() {
+                if tx
+                    .send(event(pb::EventType::Reset, cursor, None))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 match snapshot(&shared, &filter, view_kind, &tx).await {
@@ -82,7 +102,11 @@ async fn run(shared: Shared, filter: Filter, since: u64, view_kind: i32, tx: Tx)
             }
         }
         if *shutdown.borrow() {
-            let _ = tx.send(Err(Status::unavailable("kartograf is shutting down; reconnect with since_revision to resume"))).await;
+            let _ = tx
+                .send(Err(Status::unavailable(
+                    "kartograf is shutting down; reconnect with since_revision to resume",
+                )))
+                .await;
             return;
         }
     }

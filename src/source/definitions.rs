@@ -2,8 +2,8 @@
 //! path; a file that fails keeps its last good definitions; the new catalog is published
 //! whole (arc-swap) with a higher generation, and affected workloads are re-resolved.
 
-use crate::definition::catalog::{self, load_embedded, Catalog};
-use crate::definition::{load, Definition, DefinitionError, LoadReport};
+use crate::definition::catalog::{self, Catalog, load_embedded};
+use crate::definition::{Definition, DefinitionError, LoadReport, load};
 use crate::index::Index;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +20,12 @@ pub struct Reloader {
 impl Reloader {
     /// A reloader for `dir`.
     pub fn new(dir: &Path) -> Reloader {
-        Reloader { dir: dir.to_path_buf(), origin: format!("directory:{}", dir.display()), good: BTreeMap::new(), generation: 0 }
+        Reloader {
+            dir: dir.to_path_buf(),
+            origin: format!("directory:{}", dir.display()),
+            good: BTreeMap::new(),
+            generation: 0,
+        }
     }
 
     /// Re-reads the directory and builds the next catalog (embedded + directory) and the
@@ -32,7 +37,8 @@ impl Reloader {
         for file in files {
             let (parsed, parse_errors) = load::parse_file(&file);
             let (defs, compile_errors) = catalog::compile_all(parsed, &self.origin);
-            let file_errors: Vec<DefinitionError> = parse_errors.into_iter().chain(compile_errors).collect();
+            let file_errors: Vec<DefinitionError> =
+                parse_errors.into_iter().chain(compile_errors).collect();
             if file_errors.is_empty() {
                 next.insert(file, defs);
             } else {
@@ -48,13 +54,21 @@ impl Reloader {
         self.good = next;
         self.generation += 1;
         let layer: Vec<Arc<Definition>> = self.good.values().flatten().cloned().collect();
-        (Catalog::from_layers(self.generation, [embedded, layer]), errors)
+        (
+            Catalog::from_layers(self.generation, [embedded, layer]),
+            errors,
+        )
     }
 
     /// Reloads now and publishes to `index` and `report`.
     pub fn publish(&mut self, index: &Index, report: &LoadReport) {
         let (catalog, errors) = self.reload();
-        tracing::info!(generation = catalog.generation(), definitions = catalog.len(), errors = errors.len(), "definitions loaded");
+        tracing::info!(
+            generation = catalog.generation(),
+            definitions = catalog.len(),
+            errors = errors.len(),
+            "definitions loaded"
+        );
         report.set(errors);
         index.set_catalog(catalog);
     }

@@ -15,7 +15,10 @@ pub fn read_all(dir: &Path) -> (Vec<serde_json::Value>, Vec<String>, u64) {
     let mut docs = Vec::new();
     let mut problems = Vec::new();
     for file in &files {
-        match std::fs::read_to_string(file).map_err(|e| e.to_string()).and_then(|t| manifest::parse_documents(&t)) {
+        match std::fs::read_to_string(file)
+            .map_err(|e| e.to_string())
+            .and_then(|t| manifest::parse_documents(&t))
+        {
             Ok(d) => docs.extend(d),
             Err(e) => problems.push(format!("{}: {e}", file.display())),
         }
@@ -55,6 +58,10 @@ pub async fn run(index: Arc<Index>, dir: PathBuf) {
         for s in skipped {
             tracing::warn!(skipped = %s, "skipped a manifest document");
         }
-        tracing::info!(documents = docs.len(), revision = index.revision(), "manifests reloaded");
+        tracing::info!(
+            documents = docs.len(),
+            revision = index.revision(),
+            "manifests reloaded"
+        );
     }
 }

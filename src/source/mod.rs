@@ -25,7 +25,11 @@ pub fn watch_dir(path: &Path) -> notify::Result<(notify::RecommendedWatcher, mps
             let _ = raw_tx.send(());
         }
     })?;
-    let target: PathBuf = if path.is_file() { path.parent().unwrap_or(path).to_path_buf() } else { path.to_path_buf() };
+    let target: PathBuf = if path.is_file() {
+        path.parent().unwrap_or(path).to_path_buf()
+    } else {
+        path.to_path_buf()
+    };
     watcher.watch(&target, RecursiveMode::Recursive)?;
     let (tx, rx) = mpsc::channel(1);
     tokio::spawn(async move {

@@ -10,8 +10,8 @@ use kartograf::source::{definitions, manifests};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::transport::Channel;
 use tonic::Code;
+use tonic::transport::Channel;
 
 /// A running server on a temp copy of the demo cluster.
 struct Harness {
@@ -33,7 +33,11 @@ fn copy_dir(from: &Path, to: &Path) {
 fn temp_dir(tag: &str) -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    let d = std::env::temp_dir().join(format!("kartograf-svc-{}-{tag}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let d = std::env::temp_dir().join(format!(
+        "kartograf-svc-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -41,7 +45,10 @@ fn temp_dir(tag: &str) -> PathBuf {
 
 async fn start(history: usize) -> Harness {
     let dir = temp_dir("cluster");
-    copy_dir(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster"), &dir);
+    copy_dir(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster"),
+        &dir,
+    );
     let defs = temp_dir("defs");
     let report = Arc::new(LoadReport::default());
     let mut reloader = definitions::Reloader::new(&defs);
@@ -52,11 +59,31 @@ async fn start(history: usize) -> Harness {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let shared = Shared { index: index.clone(), report, shutdown: rx };
-    tokio::spawn(server::serve(listener, shared, Settings { listen: addr, ..Settings::default() }));
-    let channel = Channel::from_shared(format!("http://{addr}")).unwrap().connect_lazy();
+    let shared = Shared {
+        index: index.clone(),
+        report,
+        shutdown: rx,
+    };
+    tokio::spawn(server::serve(
+        listener,
+        shared,
+        Settings {
+            listen: addr,
+            ..Settings::default()
+        },
+    ));
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
     let client = WorkloadResolverClient::new(channel.clone());
-    let h = Harness { dir, defs, client, channel, index, _shutdown: tx };
+    let h = Harness {
+        dir,
+        defs,
+        client,
+        channel,
+        index,
+        _shutdown: tx,
+    };
     for _ in 0..200 {
         if h.index.synced() {
             break;
@@ -87,10 +114,19 @@ async fn next_event(stream: &mut tonic::Streaming<pb::WatchEvent>, secs: u64) ->
 }
 
 /// Reads events until one for `name` of type `kind` arrives.
-async fn wait_for(stream: &mut tonic::Streaming<pb::WatchEvent>, kind: pb::EventType, name: &str) -> pb::WatchEvent {
+async fn wait_for(
+    stream: &mut tonic::Streaming<pb::WatchEvent>,
+    kind: pb::EventType,
+    name: &str,
+) -> pb::WatchEvent {
     loop {
         let e = next_event(stream, 15).await;
-        let n = e.workload.as_ref().and_then(|w| w.r#ref.as_ref()).map(|r| r.name.clone()).unwrap_or_default();
+        let n = e
+            .workload
+            .as_ref()
+            .and_then(|w| w.r#ref.as_ref())
+            .map(|r| r.name.clone())
+            .unwrap_or_default();
         if e.r#type == kind as i32 && n == name {
             return e;
         }
@@ -100,7 +136,14 @@ async fn wait_for(stream: &mut tonic::Streaming<pb::WatchEvent>, kind: pb::Event
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolve_by_workload_pod_and_inline_with_error_codes() {
     let mut h = start(1000).await;
-    let w = h.client.resolve(by_name("JobSet", "ml", "llama-train")).await.unwrap().into_inner().workload.unwrap();
+    let w = h
+        .client
+        .resolve(by_name("JobSet", "ml", "llama-train"))
+        .await
+        .unwrap()
+        .into_inner()
+        .workload
+        .unwrap();
     assert_eq!(w.pods.unwrap().desired, 3);
     assert_eq!(w.totals.unwrap().desired.unwrap().gpus, 12.0);
     assert!(w.revision > 0);
@@ -115,27 +158,57 @@ async fn resolve_by_workload_pod_and_inline_with_error_codes() {
     };
     let r = h.client.resolve(pod).await.unwrap().into_inner();
     let placement = r.pod.unwrap();
-    assert_eq!((placement.component.as_str(), placement.instance.as_str(), placement.gang_group.as_str()), ("replicatedjob", "workers", "jobset"));
+    assert_eq!(
+        (
+            placement.component.as_str(),
+            placement.instance.as_str(),
+            placement.gang_group.as_str()
+        ),
+        ("replicatedjob", "workers", "jobset")
+    );
     assert!(r.workload.unwrap().components.is_empty(), "summary view");
 
     let job = serde_json::json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "x", "uid": "j1"},
         "spec": {"parallelism": 2, "template": {"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}});
     let inline = pb::ResolveRequest {
-        target: Some(pb::resolve_request::Target::Inline(pb::InlineWorkload { object_json: job.to_string(), pods_json: vec![] })),
+        target: Some(pb::resolve_request::Target::Inline(pb::InlineWorkload {
+            object_json: job.to_string(),
+            pods_json: vec![],
+        })),
         view: 0,
     };
-    let w = h.client.resolve(inline).await.unwrap().into_inner().workload.unwrap();
+    let w = h
+        .client
+        .resolve(inline)
+        .await
+        .unwrap()
+        .into_inner()
+        .workload
+        .unwrap();
     assert_eq!(w.totals.unwrap().desired.unwrap().gpus, 2.0);
 
-    let code = |r: Result<tonic::Response<pb::ResolveResponse>, tonic::Status>| r.unwrap_err().code();
-    assert_eq!(code(h.client.resolve(by_name("JobSet", "ml", "absent")).await), Code::NotFound);
-    assert_eq!(code(h.client.resolve(by_name("Mystery", "ml", "x")).await), Code::FailedPrecondition);
+    let code =
+        |r: Result<tonic::Response<pb::ResolveResponse>, tonic::Status>| r.unwrap_err().code();
+    assert_eq!(
+        code(h.client.resolve(by_name("JobSet", "ml", "absent")).await),
+        Code::NotFound
+    );
+    assert_eq!(
+        code(h.client.resolve(by_name("Mystery", "ml", "x")).await),
+        Code::FailedPrecondition
+    );
     let bad = pb::ResolveRequest {
-        target: Some(pb::resolve_request::Target::Inline(pb::InlineWorkload { object_json: "{nope".into(), pods_json: vec![] })),
+        target: Some(pb::resolve_request::Target::Inline(pb::InlineWorkload {
+            object_json: "{nope".into(),
+            pods_json: vec![],
+        })),
         view: 0,
     };
     assert_eq!(code(h.client.resolve(bad).await), Code::InvalidArgument);
-    assert_eq!(code(h.client.resolve(pb::ResolveRequest::default()).await), Code::InvalidArgument);
+    assert_eq!(
+        code(h.client.resolve(pb::ResolveRequest::default()).await),
+        Code::InvalidArgument
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,27 +217,70 @@ async fn unavailable_before_the_first_sync() {
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let shared = Shared { index, report: Arc::new(LoadReport::default()), shutdown: rx };
-    tokio::spawn(server::serve(listener, shared, Settings { listen: addr, ..Settings::default() }));
-    let channel = Channel::from_shared(format!("http://{addr}")).unwrap().connect_lazy();
+    let shared = Shared {
+        index,
+        report: Arc::new(LoadReport::default()),
+        shutdown: rx,
+    };
+    tokio::spawn(server::serve(
+        listener,
+        shared,
+        Settings {
+            listen: addr,
+            ..Settings::default()
+        },
+    ));
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
     let mut client = WorkloadResolverClient::new(channel.clone());
-    let err = client.resolve(by_name("JobSet", "ml", "x")).await.unwrap_err();
+    let err = client
+        .resolve(by_name("JobSet", "ml", "x"))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
-    let status = health.check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await.unwrap().into_inner().status;
-    assert_eq!(status, tonic_health::pb::health_check_response::ServingStatus::NotServing as i32);
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::NotServing as i32
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_pages_filters_and_totals() {
     let mut h = start(1000).await;
-    let all = h.client.list(pb::ListRequest { page_size: 1000, ..Default::default() }).await.unwrap().into_inner();
+    let all = h
+        .client
+        .list(pb::ListRequest {
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let total = all.workloads.len();
     assert!(total > 20, "the demo cluster has every framework");
     let mut seen = Vec::new();
     let mut token = String::new();
     loop {
-        let page = h.client.list(pb::ListRequest { page_size: 7, page_token: token.clone(), ..Default::default() }).await.unwrap().into_inner();
+        let page = h
+            .client
+            .list(pb::ListRequest {
+                page_size: 7,
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
         assert!(page.workloads.len() <= 7);
         seen.extend(page.workloads.iter().map(|w| w.r#ref.clone().unwrap().uid));
         if page.next_page_token.is_empty() {
@@ -173,24 +289,82 @@ async fn list_pages_filters_and_totals() {
         token = page.next_page_token;
     }
     assert_eq!(seen.len(), total);
-    let ml = h.client.list(pb::ListRequest { namespace: "ml".into(), kinds: vec!["jobset".into()], ..Default::default() }).await.unwrap().into_inner();
-    assert!(ml.workloads.iter().all(|w| w.r#ref.as_ref().unwrap().kind == "JobSet" && w.r#ref.as_ref().unwrap().namespace == "ml"));
+    let ml = h
+        .client
+        .list(pb::ListRequest {
+            namespace: "ml".into(),
+            kinds: vec!["jobset".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        ml.workloads
+            .iter()
+            .all(|w| w.r#ref.as_ref().unwrap().kind == "JobSet"
+                && w.r#ref.as_ref().unwrap().namespace == "ml")
+    );
     assert!(ml.workloads.len() >= 2);
-    let bad = h.client.list(pb::ListRequest { label_selector: "a in (b)".into(), ..Default::default() }).await.unwrap_err();
+    let bad = h
+        .client
+        .list(pb::ListRequest {
+            label_selector: "a in (b)".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
     assert_eq!(bad.code(), Code::InvalidArgument);
 
-    let totals = h.client.totals(pb::TotalsRequest { group_by: pb::GroupBy::Namespace as i32, namespace: String::new() }).await.unwrap().into_inner();
-    let sum: f64 = totals.rows.iter().map(|r| r.totals.clone().unwrap().desired.unwrap().gpus).sum();
-    let direct: f64 = all.workloads.iter().map(|w| w.totals.clone().unwrap().desired.unwrap().gpus).sum();
+    let totals = h
+        .client
+        .totals(pb::TotalsRequest {
+            group_by: pb::GroupBy::Namespace as i32,
+            namespace: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let sum: f64 = totals
+        .rows
+        .iter()
+        .map(|r| r.totals.clone().unwrap().desired.unwrap().gpus)
+        .sum();
+    let direct: f64 = all
+        .workloads
+        .iter()
+        .map(|w| w.totals.clone().unwrap().desired.unwrap().gpus)
+        .sum();
     assert!((sum - direct).abs() < 1e-6);
-    let by_kind = h.client.totals(pb::TotalsRequest { group_by: pb::GroupBy::Kind as i32, namespace: "ml".into() }).await.unwrap().into_inner();
-    assert!(by_kind.rows.iter().any(|r| r.key == "jobset.x-k8s.io/JobSet" && r.workloads >= 2));
+    let by_kind = h
+        .client
+        .totals(pb::TotalsRequest {
+            group_by: pb::GroupBy::Kind as i32,
+            namespace: "ml".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        by_kind
+            .rows
+            .iter()
+            .any(|r| r.key == "jobset.x-k8s.io/JobSet" && r.workloads >= 2)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_snapshot_edits_deletes_resume_and_reset() {
     let mut h = start(1000).await;
-    let mut stream = h.client.watch(pb::WatchRequest { namespace: "serving".into(), ..Default::default() }).await.unwrap().into_inner();
+    let mut stream = h
+        .client
+        .watch(pb::WatchRequest {
+            namespace: "serving".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let mut added = 0;
     let synced_at = loop {
         let e = next_event(&mut stream, 10).await;
@@ -216,7 +390,16 @@ async fn watch_snapshot_edits_deletes_resume_and_reset() {
     assert!(e.revision > after_edit);
 
     // Resume from the snapshot revision: only what changed since, coalesced (one DELETED).
-    let mut resumed = h.client.watch(pb::WatchRequest { namespace: "serving".into(), since_revision: synced_at, ..Default::default() }).await.unwrap().into_inner();
+    let mut resumed = h
+        .client
+        .watch(pb::WatchRequest {
+            namespace: "serving".into(),
+            since_revision: synced_at,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let e = next_event(&mut resumed, 10).await;
     assert_eq!(e.r#type, pb::EventType::Deleted as i32);
     assert_eq!(e.workload.unwrap().r#ref.unwrap().name, "web");
@@ -227,7 +410,15 @@ async fn resume_outside_the_history_resets() {
     let mut h = start(2).await;
     let rev = h.index.revision();
     assert!(rev > 5, "loading the demo cluster made many changes");
-    let mut s = h.client.watch(pb::WatchRequest { since_revision: 1, ..Default::default() }).await.unwrap().into_inner();
+    let mut s = h
+        .client
+        .watch(pb::WatchRequest {
+            since_revision: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let e = next_event(&mut s, 10).await;
     assert_eq!(e.r#type, pb::EventType::Reset as i32);
     let mut n = 0;
@@ -245,8 +436,21 @@ async fn resume_outside_the_history_resets() {
 async fn a_stalled_subscriber_blocks_nobody() {
     let mut h = start(10).await;
     // This one never reads.
-    let _stalled = h.client.watch(pb::WatchRequest::default()).await.unwrap().into_inner();
-    let mut live = h.client.watch(pb::WatchRequest { namespace: "serving".into(), ..Default::default() }).await.unwrap().into_inner();
+    let _stalled = h
+        .client
+        .watch(pb::WatchRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut live = h
+        .client
+        .watch(pb::WatchRequest {
+            namespace: "serving".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
     loop {
         if next_event(&mut live, 10).await.r#type == pb::EventType::Synced as i32 {
             break;
@@ -255,7 +459,11 @@ async fn a_stalled_subscriber_blocks_nobody() {
     let path = h.dir.join("deployment.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     for replicas in [4, 6, 8] {
-        std::fs::write(&path, text.replacen("replicas: 3", &format!("replicas: {replicas}"), 1)).unwrap();
+        std::fs::write(
+            &path,
+            text.replacen("replicas: 3", &format!("replicas: {replicas}"), 1),
+        )
+        .unwrap();
         let e = wait_for(&mut live, pb::EventType::Modified, "web").await;
         assert_eq!(e.workload.unwrap().pods.unwrap().desired, replicas);
     }
@@ -266,47 +474,105 @@ async fn a_stalled_subscriber_blocks_nobody() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn definition_reload_keeps_the_last_good_and_applies_good_edits() {
     let mut h = start(1000).await;
-    let mut stream = h.client.watch(pb::WatchRequest { namespace: "serving".into(), ..Default::default() }).await.unwrap().into_inner();
+    let mut stream = h
+        .client
+        .watch(pb::WatchRequest {
+            namespace: "serving".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
     loop {
         if next_event(&mut stream, 10).await.r#type == pb::EventType::Synced as i32 {
             break;
         }
     }
-    let embedded = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("catalog/apps-deployment-v1.yaml");
-    let good = std::fs::read_to_string(&embedded).unwrap().replace("name: apps-deployment-v1", "name: custom-deployment");
+    let embedded =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("catalog/apps-deployment-v1.yaml");
+    let good = std::fs::read_to_string(&embedded)
+        .unwrap()
+        .replace("name: apps-deployment-v1", "name: custom-deployment");
     std::fs::write(h.defs.join("deployment.yaml"), &good).unwrap();
     let e = wait_for(&mut stream, pb::EventType::Modified, "web").await;
-    assert_eq!(e.workload.unwrap().definition.unwrap().name, "custom-deployment");
+    assert_eq!(
+        e.workload.unwrap().definition.unwrap().name,
+        "custom-deployment"
+    );
 
     // A broken edit is rejected; the last good version keeps serving.
-    std::fs::write(h.defs.join("deployment.yaml"), good.replace("replicasPath: .spec.replicas // 1", "replicasPath: 'repeat(.)'")).unwrap();
-    let mut defs = kartograf::proto::v1::definitions_client::DefinitionsClient::new(h.channel.clone());
+    std::fs::write(
+        h.defs.join("deployment.yaml"),
+        good.replace(
+            "replicasPath: .spec.replicas // 1",
+            "replicasPath: 'repeat(.)'",
+        ),
+    )
+    .unwrap();
+    let mut defs =
+        kartograf::proto::v1::definitions_client::DefinitionsClient::new(h.channel.clone());
     let mut last_error = String::new();
     for _ in 0..100 {
-        let list = defs.list_definitions(pb::ListDefinitionsRequest {}).await.unwrap().into_inner();
-        let custom = list.definitions.iter().find(|d| d.name == "custom-deployment").expect("still active");
+        let list = defs
+            .list_definitions(pb::ListDefinitionsRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        let custom = list
+            .definitions
+            .iter()
+            .find(|d| d.name == "custom-deployment")
+            .expect("still active");
         last_error = custom.last_error.clone();
         if !last_error.is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(last_error.contains("repeat"), "the rejection is visible: {last_error:?}");
-    let w = h.client.resolve(by_name("Deployment", "serving", "web")).await.unwrap().into_inner().workload.unwrap();
-    assert_eq!(w.definition.unwrap().name, "custom-deployment", "the last good version keeps serving");
+    assert!(
+        last_error.contains("repeat"),
+        "the rejection is visible: {last_error:?}"
+    );
+    let w = h
+        .client
+        .resolve(by_name("Deployment", "serving", "web"))
+        .await
+        .unwrap()
+        .into_inner()
+        .workload
+        .unwrap();
+    assert_eq!(
+        w.definition.unwrap().name,
+        "custom-deployment",
+        "the last good version keeps serving"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_agrees_with_offline_resolution_on_every_demo_workload() {
     let mut h = start(1000).await;
     let catalog = Catalog::embedded().unwrap();
-    let snapshot = kartograf::snapshot::Snapshot::load(&[h.dir.clone()], kartograf::expr::Limits::default()).unwrap();
+    let snapshot =
+        kartograf::snapshot::Snapshot::load(&[h.dir.clone()], kartograf::expr::Limits::default())
+            .unwrap();
     let roots = snapshot.roots(&catalog);
-    let listed = h.client.list(pb::ListRequest { page_size: 1000, ..Default::default() }).await.unwrap().into_inner().workloads;
+    let listed = h
+        .client
+        .list(pb::ListRequest {
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .workloads;
     assert_eq!(listed.len(), roots.len());
     for root in roots {
         let offline = snapshot.resolve(&catalog, root, None).unwrap().workload;
-        let served = listed.iter().find(|w| w.r#ref.as_ref().unwrap().uid == root.uid).expect("served");
+        let served = listed
+            .iter()
+            .find(|w| w.r#ref.as_ref().unwrap().uid == root.uid)
+            .expect("served");
         let name = format!("{}/{}", root.kind, root.key());
         assert_eq!(served.pods, offline.pods, "{name}");
         assert_eq!(served.totals, offline.totals, "{name}");
