@@ -28,7 +28,12 @@ struct Options {
 fn options() -> Options {
     let args: Vec<String> = std::env::args().collect();
     let bench = args.iter().any(|a| a == "--bench");
-    let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse::<f64>().ok());
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse::<f64>().ok())
+    };
     if bench {
         Options {
             seconds: value("--seconds").unwrap_or(5.0),
@@ -37,7 +42,12 @@ fn options() -> Options {
             changes: value("--changes").map_or(30, |v| v as usize),
         }
     } else {
-        Options { seconds: 0.2, concurrency: 4, subscribers: 20, changes: 3 }
+        Options {
+            seconds: 0.2,
+            concurrency: 4,
+            subscribers: 20,
+            changes: 3,
+        }
     }
 }
 
@@ -48,23 +58,41 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-async fn start() -> (Arc<Index>, std::net::SocketAddr, tokio::sync::watch::Sender<bool>) {
+async fn start() -> (
+    Arc<Index>,
+    std::net::SocketAddr,
+    tokio::sync::watch::Sender<bool>,
+) {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster");
     let index = Arc::new(Index::new(Catalog::embedded().expect("catalog"), &[]));
     let (docs, _, _) = kartograf::source::manifests::read_all(&dir);
     index.reset("bench", &docs);
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let shared = Shared { index: index.clone(), report: Arc::new(LoadReport::default()), shutdown: rx };
-    let settings = Settings { listen: addr, concurrency_limit: 100_000, ..Settings::default() };
+    let shared = Shared {
+        index: index.clone(),
+        report: Arc::new(LoadReport::default()),
+        shutdown: rx,
+    };
+    let settings = Settings {
+        listen: addr,
+        concurrency_limit: 100_000,
+        ..Settings::default()
+    };
     tokio::spawn(server::serve(listener, shared, settings));
     (index, addr, tx)
 }
 
 async fn channel(addr: std::net::SocketAddr) -> Channel {
     for _ in 0..100 {
-        if let Ok(c) = Channel::from_shared(format!("http://{addr}")).expect("uri").connect().await {
+        if let Ok(c) = Channel::from_shared(format!("http://{addr}"))
+            .expect("uri")
+            .connect()
+            .await
+        {
             return c;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -97,7 +125,11 @@ where
         all.extend(t.await.expect("task"));
     }
     all.sort();
-    (all.len() as f64 / seconds, percentile(&all, 0.5), percentile(&all, 0.99))
+    (
+        all.len() as f64 / seconds,
+        percentile(&all, 0.5),
+        percentile(&all, 0.99),
+    )
 }
 
 async fn rpc_throughput(addr: std::net::SocketAddr, o: &Options) {
@@ -106,7 +138,13 @@ async fn rpc_throughput(addr: std::net::SocketAddr, o: &Options) {
     let resolver = WorkloadResolverClient::new(ch.clone());
     let check = move || {
         let mut c = health.clone();
-        async move { c.check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await.is_ok() }
+        async move {
+            c.check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .is_ok()
+        }
     };
     let request = pb::ResolveRequest {
         target: Some(pb::resolve_request::Target::Workload(pb::ObjectRef {
@@ -127,9 +165,15 @@ async fn rpc_throughput(addr: std::net::SocketAddr, o: &Options) {
     load(o.concurrency, o.seconds / 5.0, resolve.clone()).await;
     let (c_rps, c50, c99) = load(o.concurrency, o.seconds, check).await;
     let (r_rps, r50, r99) = load(o.concurrency, o.seconds, resolve).await;
-    println!("rpc/health_check      {c_rps:>9.0} calls/s   p50 {c50:>9.2?}   p99 {c99:>9.2?}   ({} tasks, one channel)", o.concurrency);
+    println!(
+        "rpc/health_check      {c_rps:>9.0} calls/s   p50 {c50:>9.2?}   p99 {c99:>9.2?}   ({} tasks, one channel)",
+        o.concurrency
+    );
     println!("rpc/resolve_jobset    {r_rps:>9.0} calls/s   p50 {r50:>9.2?}   p99 {r99:>9.2?}");
-    println!("rpc/ratio             {:.2} of the no-op RPC's throughput (goal >= 0.5)", r_rps / c_rps);
+    println!(
+        "rpc/ratio             {:.2} of the no-op RPC's throughput (goal >= 0.5)",
+        r_rps / c_rps
+    );
 }
 
 async fn watch_fanout(index: Arc<Index>, addr: std::net::SocketAddr, o: &Options) {
@@ -146,7 +190,11 @@ async fn watch_fanout(index: Arc<Index>, addr: std::net::SocketAddr, o: &Options
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
         ready.push(ready_rx);
         tokio::spawn(async move {
-            let req = pb::WatchRequest { namespace: "serving".into(), view: pb::View::Summary as i32, ..Default::default() };
+            let req = pb::WatchRequest {
+                namespace: "serving".into(),
+                view: pb::View::Summary as i32,
+                ..Default::default()
+            };
             let mut stream = client.watch(req).await.expect("watch").into_inner();
             let mut ready_tx = Some(ready_tx);
             while let Ok(Some(e)) = stream.message().await {
@@ -154,7 +202,9 @@ async fn watch_fanout(index: Arc<Index>, addr: std::net::SocketAddr, o: &Options
                     if let Some(r) = ready_tx.take() {
                         let _ = r.send(());
                     }
-                } else if e.r#type == pb::EventType::Modified as i32 && tx.send((i, Instant::now())).is_err() {
+                } else if e.r#type == pb::EventType::Modified as i32
+                    && tx.send((i, Instant::now())).is_err()
+                {
                     return;
                 }
             }
@@ -163,9 +213,16 @@ async fn watch_fanout(index: Arc<Index>, addr: std::net::SocketAddr, o: &Options
     for r in ready {
         let _ = r.await;
     }
-    let text = std::fs::read_to_string(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster/deployment.yaml")).expect("file");
+    let text = std::fs::read_to_string(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/cluster/deployment.yaml"),
+    )
+    .expect("file");
     let docs = kartograf::manifest::parse_documents(&text).expect("docs");
-    let mut deployment = docs.into_iter().find(|d| d["kind"] == "Deployment").expect("deployment");
+    let mut deployment = docs
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("deployment");
     let mut last_arrivals = Vec::new();
     let mut all = Vec::new();
     for change in 0..o.changes {
@@ -182,7 +239,10 @@ async fn watch_fanout(index: Arc<Index>, addr: std::net::SocketAddr, o: &Options
                     all.push(d);
                     last = last.max(d);
                 }
-                _ => panic!("only {got} of {} subscribers got change {change}", o.subscribers),
+                _ => panic!(
+                    "only {got} of {} subscribers got change {change}",
+                    o.subscribers
+                ),
             }
         }
         last_arrivals.push(last);
@@ -197,12 +257,19 @@ async fn watch_fanout(index: Arc<Index>, addr: std::net::SocketAddr, o: &Options
         last_arrivals.last().copied().unwrap_or_default(),
         o.changes
     );
-    println!("watch/all_deliveries  p50 {:>9.2?}  p99 {:>9.2?}", percentile(&all, 0.5), percentile(&all, 0.99));
+    println!(
+        "watch/all_deliveries  p50 {:>9.2?}  p99 {:>9.2?}",
+        percentile(&all, 0.5),
+        percentile(&all, 0.99)
+    );
 }
 
 fn main() {
     let o = options();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async {
         let (index, addr, _shutdown) = start().await;
         rpc_throughput(addr, &o).await;

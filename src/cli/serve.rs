@@ -4,7 +4,7 @@ use super::DefinitionArgs;
 use crate::definition::{Catalog, LoadReport};
 use crate::index::Index;
 use crate::server::{self, Settings, Shared};
-use crate::source::{definitions, manifests};
+use crate::source::{definitions, kube, manifests};
 use anyhow::Context;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,8 +16,13 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Serve the cluster described by the manifest files below DIR (watched for changes).
+    /// Without it, kartograf watches the Kubernetes cluster of the kubeconfig (or in-cluster
+    /// config).
     #[arg(long, env = "KARTOGRAF_MANIFESTS", value_name = "DIR")]
-    pub manifests: PathBuf,
+    pub manifests: Option<PathBuf>,
+    /// How often kinds the cluster does not serve yet are looked up again.
+    #[arg(long, env = "KARTOGRAF_REDISCOVER", default_value = "30s", value_parser = super::resolve::parse_duration)]
+    pub rediscover: Duration,
     /// gRPC listen address.
     #[arg(long, env = "KARTOGRAF_LISTEN", default_value = "0.0.0.0:50051")]
     pub listen: SocketAddr,
@@ -47,11 +52,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
-    if !args.manifests.exists() {
-        anyhow::bail!(
-            "--manifests {}: no such file or directory",
-            args.manifests.display()
-        );
+    if let Some(dir) = &args.manifests
+        && !dir.exists()
+    {
+        anyhow::bail!("--manifests {}: no such file or directory", dir.display());
     }
     let report = Arc::new(LoadReport::default());
     let mut reloader = args
@@ -72,13 +76,30 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
             Catalog::embedded().map_err(|e| anyhow::anyhow!("embedded catalog invalid: {e:?}"))?
         }
     };
+    let source = if args.manifests.is_some() {
+        manifests::SOURCE
+    } else {
+        kube::SOURCE
+    };
     let index = Arc::new(
-        Index::new(catalog, &[manifests::SOURCE])
+        Index::new(catalog, &[source])
             .with_history(args.history)
             .with_resolve_timeout(args.resolve_timeout),
     );
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(manifests::run(index.clone(), args.manifests.clone()));
+    let origin = match &args.manifests {
+        Some(dir) => {
+            tokio::spawn(manifests::run(index.clone(), dir.clone()));
+            format!("manifests: {}", dir.display())
+        }
+        None => {
+            let client = ::kube::Client::try_default()
+                .await
+                .context("no --manifests given and no usable kubeconfig or in-cluster config")?;
+            tokio::spawn(kube::run(client, index.clone(), args.rediscover));
+            "the Kubernetes cluster of the current kubeconfig".to_owned()
+        }
+    };
     if let Some(r) = reloader {
         tokio::spawn(definitions::run(r, index.clone(), report.clone()));
     }
@@ -86,10 +107,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let local = listener.local_addr()?;
-    eprintln!(
-        "kartograf serving gRPC on {local} (manifests: {})",
-        args.manifests.display()
-    );
+    eprintln!("kartograf serving gRPC on {local} ({origin})");
     let shared = Shared {
         index,
         report,

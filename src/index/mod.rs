@@ -369,7 +369,9 @@ impl Index {
                     self.publish(st, kind, graph);
                     changed = true;
                 } else if let Some(w) = st.workloads.get_mut(&uid) {
+                    // Labels are not part of the graph but filters read them.
                     w.placements = placements;
+                    w.labels = labels;
                 }
             }
         }

@@ -107,11 +107,14 @@ pub async fn serve(
         pb::definitions_server::DefinitionsServer::new(DefinitionsService::new(shared.clone()));
     let mut shutdown = shared.shutdown.clone();
     // Responses span several segments: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms.
-    let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
-        s.inspect(|stream| {
-            let _ = stream.set_nodelay(true);
-        })
-    });
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        |s| {
+            s.inspect(|stream| {
+                let _ = stream.set_nodelay(true);
+            })
+        },
+    );
     let result = tonic::transport::Server::builder()
         .timeout(settings.request_timeout)
         .concurrency_limit_per_connection(256)

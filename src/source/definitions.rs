@@ -15,6 +15,8 @@ pub struct Reloader {
     origin: String,
     good: BTreeMap<PathBuf, Vec<Arc<Definition>>>,
     generation: u64,
+    /// Hash of the files the last reload read.
+    hash: u64,
 }
 
 impl Reloader {
@@ -25,6 +27,7 @@ impl Reloader {
             origin: format!("directory:{}", dir.display()),
             good: BTreeMap::new(),
             generation: 0,
+            hash: 0,
         }
     }
 
@@ -33,6 +36,7 @@ impl Reloader {
     pub fn reload(&mut self) -> (Catalog, Vec<DefinitionError>) {
         let (embedded, mut errors) = load_embedded();
         let files = load::definition_files(&self.dir).unwrap_or_default();
+        self.hash = super::hash_files(&files);
         let mut next: BTreeMap<PathBuf, Vec<Arc<Definition>>> = BTreeMap::new();
         for file in files {
             let (parsed, parse_errors) = load::parse_file(&file);
@@ -74,7 +78,8 @@ impl Reloader {
     }
 }
 
-/// Watches the directory and republishes on every change.
+/// Watches the directory and republishes on every change (including one made between the
+/// initial load and the watch starting).
 pub async fn run(mut reloader: Reloader, index: Arc<Index>, report: Arc<LoadReport>) {
     let dir = reloader.dir.clone();
     let (_watcher, mut ticks) = match super::watch_dir(&dir) {
@@ -84,13 +89,13 @@ pub async fn run(mut reloader: Reloader, index: Arc<Index>, report: Arc<LoadRepo
             return;
         }
     };
-    let mut last = super::hash_files(&load::definition_files(&dir).unwrap_or_default());
-    while ticks.recv().await.is_some() {
+    loop {
         let hash = super::hash_files(&load::definition_files(&dir).unwrap_or_default());
-        if hash == last {
-            continue;
+        if hash != reloader.hash {
+            reloader.publish(&index, &report);
         }
-        last = hash;
-        reloader.publish(&index, &report);
+        if ticks.recv().await.is_none() {
+            return;
+        }
     }
 }

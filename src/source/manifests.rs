@@ -29,6 +29,8 @@ pub fn read_all(dir: &Path) -> (Vec<serde_json::Value>, Vec<String>, u64) {
 /// Loads `dir` into the index, marks the source synced, then keeps the index in step with
 /// the files until the watcher channel closes.
 pub async fn run(index: Arc<Index>, dir: PathBuf) {
+    // Watch first, so no edit made right after the initial load is missed.
+    let watcher = super::watch_dir(&dir);
     let (docs, problems, mut last) = read_all(&dir);
     for p in problems {
         tracing::warn!(problem = %p, "skipped a manifest file");
@@ -38,7 +40,7 @@ pub async fn run(index: Arc<Index>, dir: PathBuf) {
     }
     index.mark_synced(SOURCE);
     tracing::info!(dir = %dir.display(), documents = docs.len(), revision = index.revision(), "manifests loaded");
-    let (_watcher, mut ticks) = match super::watch_dir(&dir) {
+    let (_watcher, mut ticks) = match watcher {
         Ok(w) => w,
         Err(e) => {
             tracing::error!(error = %e, dir = %dir.display(), "cannot watch the manifest directory; changes will not be seen");

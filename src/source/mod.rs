@@ -4,6 +4,7 @@
 //! re-read periodically as a fallback.
 
 pub mod definitions;
+pub mod kube;
 pub mod manifests;
 
 use notify::{RecursiveMode, Watcher};

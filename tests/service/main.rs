@@ -1,6 +1,9 @@
 //! Service tests: the real gRPC server over loopback with the generated client, fed by a
 //! watched manifest directory and a hot-reloaded definitions directory.
 
+mod fake_apiserver;
+mod kube;
+
 use kartograf::definition::{Catalog, LoadReport};
 use kartograf::index::Index;
 use kartograf::proto::v1 as pb;

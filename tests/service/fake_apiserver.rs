@@ -1,0 +1,369 @@
+//! A scripted fake Kubernetes API server speaking the real list/watch protocol: discovery
+//! (`GET /api/v1`, `GET /apis/{group}/{version}` → APIResourceList, 404 when not served),
+//! cluster-wide lists (JSON List with `metadata.resourceVersion`) and chunked watches
+//! (newline-delimited ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events, replayed from the
+//! requested resourceVersion). One route function, served in-process through
+//! `tower::service_fn` and over loopback HTTP through hyper 1.
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::{Response, StatusCode, Uri};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// One registered resource type.
+struct Resource {
+    group_version: String,
+    kind: String,
+    plural: String,
+    served: bool,
+    objects: BTreeMap<String, Value>,
+    /// Watches from a resourceVersion below this get `410 Gone`.
+    expired_below: u64,
+}
+
+#[derive(Default)]
+struct State {
+    rv: u64,
+    /// Collection path (`/api/v1/pods`) → resource.
+    resources: BTreeMap<String, Resource>,
+    /// (rv, path, type, object) of every event, for watch replay.
+    log: Vec<(u64, String, &'static str, Value)>,
+    /// Open watch streams by path.
+    watchers: Vec<(String, mpsc::UnboundedSender<Bytes>)>,
+    /// Requests seen: (path, is_watch).
+    requests: Vec<(String, bool)>,
+}
+
+/// The fake server; clones share state.
+#[derive(Clone, Default)]
+pub struct FakeApiServer {
+    state: Arc<Mutex<State>>,
+}
+
+fn collection_path(group_version: &str, plural: &str) -> String {
+    if group_version.contains('/') {
+        format!("/apis/{group_version}/{plural}")
+    } else {
+        format!("/api/{group_version}/{plural}")
+    }
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut s = json!({"type": kind, "object": object}).to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+fn respond(code: StatusCode, body: &Value) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *r.status_mut() = code;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn not_found() -> Response<Body> {
+    respond(
+        StatusCode::NOT_FOUND,
+        &status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ),
+    )
+}
+
+impl FakeApiServer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a (cluster-wide listable) resource type; `served` false hides it (404).
+    pub fn register(&self, api_version: &str, kind: &str, plural: &str, served: bool) {
+        self.lock().resources.insert(
+            collection_path(api_version, plural),
+            Resource {
+                group_version: api_version.to_owned(),
+                kind: kind.to_owned(),
+                plural: plural.to_owned(),
+                served,
+                objects: BTreeMap::new(),
+                expired_below: 0,
+            },
+        );
+    }
+
+    /// Serves (or hides) every resource of `api_version`.
+    pub fn set_served(&self, api_version: &str, served: bool) {
+        for r in self.lock().resources.values_mut() {
+            if r.group_version == api_version {
+                r.served = served;
+            }
+        }
+    }
+
+    fn path_of(st: &State, obj: &Value) -> Option<String> {
+        let av = obj.get("apiVersion")?.as_str()?;
+        let kind = obj.get("kind")?.as_str()?;
+        st.resources
+            .iter()
+            .find(|(_, r)| r.group_version == av && r.kind == kind)
+            .map(|(p, _)| p.clone())
+    }
+
+    fn uid(obj: &Value) -> String {
+        obj.pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Creates or replaces an object (ADDED or MODIFIED to open watches).
+    pub fn upsert(&self, mut obj: Value) {
+        let mut st = self.lock();
+        let path = Self::path_of(&st, &obj).expect("object of a registered kind");
+        st.rv += 1;
+        let rv = st.rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let uid = Self::uid(&obj);
+        let res = st.resources.get_mut(&path).expect("registered");
+        let kind = if res.objects.insert(uid, obj.clone()).is_some() {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        Self::emit(&mut st, &path, rv, kind, obj);
+    }
+
+    /// Deletes an object by uid; `silently` skips the DELETED event (as if the watch missed it).
+    pub fn delete(&self, uid: &str, silently: bool) {
+        let mut st = self.lock();
+        st.rv += 1;
+        let rv = st.rv;
+        let found = st
+            .resources
+            .iter_mut()
+            .find_map(|(p, r)| r.objects.remove(uid).map(|o| (p.clone(), o)));
+        let Some((path, mut obj)) = found else {
+            return;
+        };
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        if !silently {
+            Self::emit(&mut st, &path, rv, "DELETED", obj);
+        }
+    }
+
+    fn emit(st: &mut State, path: &str, rv: u64, kind: &'static str, obj: Value) {
+        let bytes = line(kind, &obj);
+        st.log.push((rv, path.to_owned(), kind, obj));
+        st.watchers
+            .retain(|(p, tx)| p != path || tx.send(bytes.clone()).is_ok());
+    }
+
+    /// Sends a BOOKMARK at the current resourceVersion to every open watch.
+    pub fn bookmark(&self) {
+        let mut st = self.lock();
+        let rv = st.rv.to_string();
+        let kinds: HashMap<String, (String, String)> = st
+            .resources
+            .iter()
+            .map(|(p, r)| (p.clone(), (r.group_version.clone(), r.kind.clone())))
+            .collect();
+        st.watchers.retain(|(p, tx)| {
+            let (av, kind) = kinds.get(p).cloned().unwrap_or_default();
+            let obj = json!({"apiVersion": av, "kind": kind, "metadata": {"resourceVersion": rv}});
+            tx.send(line("BOOKMARK", &obj)).is_ok()
+        });
+    }
+
+    /// Compacts history: open watches of `path` get a `410 Gone` ERROR event and end, and
+    /// any watch from an older resourceVersion is refused the same way.
+    pub fn expire(&self, path: &str) {
+        let mut st = self.lock();
+        let rv = st.rv;
+        if let Some(r) = st.resources.get_mut(path) {
+            r.expired_below = rv;
+        }
+        let gone = line("ERROR", &status(410, "Expired", "too old resource version"));
+        st.watchers.retain(|(p, tx)| {
+            if p == path {
+                let _ = tx.send(gone.clone());
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Ends every open watch stream of `path` (a dropped connection).
+    pub fn drop_watches(&self, path: &str) {
+        self.lock().watchers.retain(|(p, _)| p != path);
+    }
+
+    /// Number of list / watch requests seen for `path`.
+    pub fn requests(&self, path: &str, watch: bool) -> usize {
+        self.lock()
+            .requests
+            .iter()
+            .filter(|(p, w)| p == path && *w == watch)
+            .count()
+    }
+
+    /// Number of currently open watch streams on `path`.
+    pub fn open_watches(&self, path: &str) -> usize {
+        self.lock()
+            .watchers
+            .iter()
+            .filter(|(p, tx)| p == path && !tx.is_closed())
+            .count()
+    }
+
+    /// The route function shared by both transports.
+    pub fn route(&self, method: &hyper::Method, uri: &Uri) -> Response<Body> {
+        if method != hyper::Method::GET {
+            return respond(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &status(405, "MethodNotAllowed", "read-only fake"),
+            );
+        }
+        let path = uri.path().trim_end_matches('/').to_owned();
+        let query: HashMap<String, String> = uri
+            .query()
+            .unwrap_or_default()
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let mut st = self.lock();
+        // Discovery.
+        let gv = path
+            .strip_prefix("/apis/")
+            .or_else(|| path.strip_prefix("/api/"))
+            .filter(|rest| rest.matches('/').count() == usize::from(path.starts_with("/apis/")));
+        if let Some(gv) = gv {
+            let resources: Vec<Value> = st
+                .resources
+                .values()
+                .filter(|r| r.served && r.group_version == gv)
+                .map(|r| {
+                    json!({"name": r.plural, "singularName": r.kind.to_lowercase(),
+                           "namespaced": r.kind != "Node", "kind": r.kind,
+                           "verbs": ["get", "list", "watch"]})
+                })
+                .collect();
+            if resources.is_empty() {
+                return not_found();
+            }
+            return respond(
+                StatusCode::OK,
+                &json!({"kind": "APIResourceList", "apiVersion": "v1",
+                        "groupVersion": gv, "resources": resources}),
+            );
+        }
+        let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+        st.requests.push((path.clone(), watch));
+        let rv = st.rv;
+        let Some(res) = st.resources.get(&path).filter(|r| r.served) else {
+            return not_found();
+        };
+        if !watch {
+            let items: Vec<Value> = res.objects.values().cloned().collect();
+            return respond(
+                StatusCode::OK,
+                &json!({"apiVersion": res.group_version, "kind": format!("{}List", res.kind),
+                        "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+            );
+        }
+        let from: u64 = query
+            .get("resourceVersion")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(rv);
+        let (tx, rx) = mpsc::unbounded_channel();
+        if from < res.expired_below {
+            let _ = tx.send(line(
+                "ERROR",
+                &status(410, "Expired", "too old resource version"),
+            ));
+            drop(tx);
+        } else {
+            for (at, p, kind, obj) in &st.log {
+                if *at > from && *p == path {
+                    let _ = tx.send(line(kind, obj));
+                }
+            }
+            st.watchers.push((path, tx));
+        }
+        let body = StreamBody::new(
+            UnboundedReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b))),
+        );
+        let mut r = Response::new(BodyExt::boxed(body));
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        r
+    }
+
+    /// A kube client talking to this server in-process (no sockets).
+    pub fn client(&self) -> ::kube::Client {
+        let fake = self.clone();
+        let svc = tower::service_fn(move |req: hyper::Request<::kube::client::Body>| {
+            let resp = fake.route(req.method(), req.uri());
+            async move { Ok::<_, Infallible>(resp) }
+        });
+        ::kube::Client::new(svc, "default")
+    }
+
+    /// Serves this fake over loopback HTTP and returns a kube client configured for it.
+    pub async fn http_client(&self) -> ::kube::Client {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let port = listener.local_addr().expect("local addr").port();
+        let fake = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let fake = fake.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            let resp = fake.route(req.method(), req.uri());
+                            async move { Ok::<_, Infallible>(resp) }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        let url: hyper::Uri = format!("http://127.0.0.1:{port}")
+            .parse()
+            .expect("loopback url");
+        ::kube::Client::try_from(::kube::Config::new(url)).expect("kube client over loopback")
+    }
+}
