@@ -126,7 +126,7 @@ impl Snapshot {
 
     /// Finds the workload named `kind/name` (kind case-insensitive, singular or plural;
     /// `namespace` narrows), or the only root workload when `target` is `None`. A named
-    /// object that is not a root (a Job of a JobSet) is found too, when no root matches.
+    /// object that is not a root (a Job owned by another workload) is found too, when no root matches.
     pub fn select(
         &self,
         catalog: &Catalog,

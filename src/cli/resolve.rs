@@ -15,7 +15,7 @@ pub struct Args {
     /// Manifest file or folder holding the cluster snapshot (YAML/JSON, multi-document, List); repeatable.
     #[arg(short = 'f', long = "filename", required = true)]
     pub files: Vec<PathBuf>,
-    /// The workload as KIND/NAME (e.g. jobset/llama-train); optional when the files hold one.
+    /// The workload as KIND/NAME (e.g. job/train); optional when the files hold one.
     #[arg(conflicts_with = "all")]
     pub target: Option<String>,
     /// Resolve every root workload in the files: a table, or a `ListResponse` with -o json|yaml.

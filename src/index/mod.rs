@@ -431,8 +431,8 @@ impl Index {
             }
             for child in st.children.get(&at).into_iter().flatten() {
                 match st.entries.get(child).map(|e| &e.cached) {
-                    // Pods can own further objects (an LWS leader pod owns its workers'
-                    // StatefulSet; a Spark driver owns its executors).
+                    // Pods can own further objects (a leader pod owning its workers'
+                    // StatefulSet, a driver pod owning its executors).
                     Some(Cached::Pod(p)) => {
                         pods.push(p.clone());
                         stack.push((child.clone(), depth + 1));

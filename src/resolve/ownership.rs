@@ -4,7 +4,7 @@
 use crate::definition::Catalog;
 use crate::object::{ObjectMeta, OwnerRef};
 
-/// Longest controller chain followed (pod → Job → JobSet is 2 hops).
+/// Longest controller chain followed (pod → Job → its owner is 2 hops).
 pub const MAX_HOPS: usize = 8;
 
 /// Read access to cached object metadata by uid.

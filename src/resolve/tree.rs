@@ -3,7 +3,7 @@
 //!
 //! Counting convention (as in Workload Map): a component's replica count is the number of
 //! units at that level **across the whole workload**. When a component appears under
-//! several parent slots (for example a LeaderWorkerSet's `leader` under each replica of
+//! several parent slots (for example a `leader` component under each replica of a grouping
 //! `group`), its count is shared evenly among those slots, so the slots add up to the
 //! whole.
 
@@ -261,7 +261,7 @@ impl Resolver<'_> {
         if comp.pod_bearing() {
             for &p in &scope {
                 if self.claimed[p].is_none() && facts[p].type_ok {
-                    // A pod under a replicated parent (an LWS group) carries that replica.
+                    // A pod under a replicated parent (a group slot) carries that replica.
                     let mut placed_replica = replica.clone();
                     let mut up = parent;
                     while placed_replica.is_empty() {
