@@ -179,22 +179,8 @@ fn table(workloads: &[pb::Workload], wide: bool) -> String {
     let rows: Vec<Vec<String>> = workloads
         .iter()
         .map(|w| {
-            let r = w.r#ref.clone().unwrap_or_default();
-            let pods = w.pods.unwrap_or_default();
-            let t = w.totals.clone().unwrap_or_default();
-            let mut row = vec![
-                r.namespace,
-                r.name,
-                r.kind,
-                tree::phase_name(w.status.as_ref().map_or(0, |s| s.phase)),
-                format!("{}/{}", pods.ready, pods.desired),
-                format!(
-                    "{}/{}",
-                    tree::gpus(t.current.unwrap_or_default().gpus),
-                    tree::gpus(t.desired.unwrap_or_default().gpus)
-                ),
-                age(&w.created),
-            ];
+            let mut row = tree::workload_row(w);
+            row.push(age(&w.created));
             if wide {
                 row.push(w.definition.clone().unwrap_or_default().name);
                 row.push(w.diagnostics.len().to_string());
@@ -202,15 +188,8 @@ fn table(workloads: &[pb::Workload], wide: bool) -> String {
             row
         })
         .collect();
-    let mut headers = vec![
-        "NAMESPACE",
-        "NAME",
-        "KIND",
-        "STATUS",
-        "READY",
-        "GPUS",
-        "AGE",
-    ];
+    let mut headers = tree::WORKLOAD_COLUMNS.to_vec();
+    headers.push("AGE");
     if wide {
         headers.extend(["DEFINITION", "DIAGNOSTICS"]);
     }

@@ -59,30 +59,30 @@ pub fn cpu(millis: i64) -> String {
 /// A kubectl-style table of workloads: NAMESPACE, NAME, KIND, STATUS, READY (ready/desired
 /// pods), GPUS (held/desired).
 pub fn workload_table(workloads: &[pb::Workload]) -> String {
-    let rows: Vec<Vec<String>> = workloads
-        .iter()
-        .map(|w| {
-            let r = w.r#ref.clone().unwrap_or_default();
-            let pods = w.pods.unwrap_or_default();
-            let t = w.totals.clone().unwrap_or_default();
-            vec![
-                r.namespace,
-                r.name,
-                r.kind,
-                phase_name(w.status.as_ref().map_or(0, |s| s.phase)),
-                format!("{}/{}", pods.ready, pods.desired),
-                format!(
-                    "{}/{}",
-                    gpus(t.current.unwrap_or_default().gpus),
-                    gpus(t.desired.unwrap_or_default().gpus)
-                ),
-            ]
-        })
-        .collect();
-    table(
-        &["NAMESPACE", "NAME", "KIND", "STATUS", "READY", "GPUS"],
-        &rows,
-    )
+    let rows: Vec<Vec<String>> = workloads.iter().map(workload_row).collect();
+    table(&WORKLOAD_COLUMNS, &rows)
+}
+
+/// Columns of [`workload_row`].
+pub const WORKLOAD_COLUMNS: [&str; 6] = ["NAMESPACE", "NAME", "KIND", "STATUS", "READY", "GPUS"];
+
+/// One workload as table cells: namespace, name, kind, status, ready/desired, held/desired GPUs.
+pub fn workload_row(w: &pb::Workload) -> Vec<String> {
+    let r = w.r#ref.clone().unwrap_or_default();
+    let pods = w.pods.unwrap_or_default();
+    let t = w.totals.clone().unwrap_or_default();
+    vec![
+        r.namespace,
+        r.name,
+        r.kind,
+        phase_name(w.status.as_ref().map_or(0, |s| s.phase)),
+        format!("{}/{}", pods.ready, pods.desired),
+        format!(
+            "{}/{}",
+            gpus(t.current.unwrap_or_default().gpus),
+            gpus(t.desired.unwrap_or_default().gpus)
+        ),
+    ]
 }
 
 /// Renders a left-aligned table with two spaces between columns.

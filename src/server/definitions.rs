@@ -2,11 +2,7 @@
 
 use super::Shared;
 use crate::definition::{DefinitionError, catalog, load};
-use crate::expr::Limits;
-use crate::object::{Object, Pod};
 use crate::proto::v1 as pb;
-use crate::resolve;
-use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
 pub use crate::definition::LoadReport;
@@ -105,34 +101,8 @@ impl pb::definitions_server::Definitions for DefinitionsService {
         errors.extend(compile_errors);
         let mut preview = None;
         if let (true, Some(sample), Some(def)) = (errors.is_empty(), req.sample, defs.first()) {
-            let object: serde_json::Value =
-                serde_json::from_str(&sample.object_json).map_err(|e| {
-                    Status::invalid_argument(format!("sample.object_json is not valid JSON: {e}"))
-                })?;
-            let root = Object::from_json(&object, Limits::default())
-                .map_err(|e| Status::invalid_argument(format!("sample.object_json: {e}")))?;
-            let mut pods = Vec::new();
-            for (i, text) in sample.pods_json.iter().enumerate() {
-                let v: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-                    Status::invalid_argument(format!(
-                        "sample.pods_json[{i}] is not valid JSON: {e}"
-                    ))
-                })?;
-                pods.push(Pod::from_json(&v, Limits::default()).map_err(|e| {
-                    Status::invalid_argument(format!("sample.pods_json[{i}]: {e}"))
-                })?);
-            }
-            let refs: Vec<&Pod> = pods.iter().collect();
-            let input = resolve::Input {
-                definition: def,
-                generation: 0,
-                root: &root,
-                pods: &refs,
-                fallback_from: None,
-                deadline: Some(Instant::now() + Duration::from_secs(2)),
-                prepared: None,
-            };
-            preview = Some(resolve::resolve(&input).workload);
+            let (root, pods) = super::resolver::parse_inline(&sample, "sample.")?;
+            preview = Some(super::resolver::resolve_inline(def, 0, None, &root, &pods));
         }
         Ok(Response::new(pb::ValidateDefinitionResponse {
             valid: errors.is_empty(),

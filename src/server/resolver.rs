@@ -45,6 +45,45 @@ pub(super) fn view(graph: &Arc<pb::Workload>, view: i32) -> pb::Workload {
     w
 }
 
+/// The object and pods of an inline workload; `prefix` names the field in errors.
+pub(super) fn parse_inline(
+    inline: &pb::InlineWorkload,
+    prefix: &str,
+) -> Result<(Object, Vec<Pod>), Status> {
+    let object = parse_json(&inline.object_json, &format!("{prefix}object_json"))?;
+    let root = Object::from_json(&object, Limits::default())
+        .map_err(|e| Status::invalid_argument(format!("{prefix}object_json: {e}")))?;
+    let mut pods = Vec::new();
+    for (i, text) in inline.pods_json.iter().enumerate() {
+        let v = parse_json(text, &format!("{prefix}pods_json[{i}]"))?;
+        let pod = Pod::from_json(&v, Limits::default())
+            .map_err(|e| Status::invalid_argument(format!("{prefix}pods_json[{i}]: {e}")))?;
+        pods.push(pod);
+    }
+    Ok((root, pods))
+}
+
+/// Resolves a caller-supplied workload (every supplied pod counts as its own).
+pub(super) fn resolve_inline(
+    definition: &crate::definition::Definition,
+    generation: u64,
+    fallback_from: Option<&str>,
+    root: &Object,
+    pods: &[Pod],
+) -> pb::Workload {
+    let refs: Vec<&Pod> = pods.iter().collect();
+    let input = resolve::Input {
+        definition,
+        generation,
+        root,
+        pods: &refs,
+        fallback_from,
+        deadline: Some(Instant::now() + Duration::from_secs(2)),
+        prepared: None,
+    };
+    resolve::resolve(&input).workload
+}
+
 fn parse_json(text: &str, what: &str) -> Result<serde_json::Value, Status> {
     serde_json::from_str(text)
         .map_err(|e| Status::invalid_argument(format!("{what} is not valid JSON: {e}")))
@@ -114,18 +153,7 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
                 }
             }
             Some(pb::resolve_request::Target::Inline(inline)) => {
-                let object = parse_json(&inline.object_json, "object_json")?;
-                let root = Object::from_json(&object, Limits::default())
-                    .map_err(|e| Status::invalid_argument(format!("object_json: {e}")))?;
-                let mut pods = Vec::new();
-                for (i, text) in inline.pods_json.iter().enumerate() {
-                    let v = parse_json(text, &format!("pods_json[{i}]"))?;
-                    pods.push(
-                        Pod::from_json(&v, Limits::default()).map_err(|e| {
-                            Status::invalid_argument(format!("pods_json[{i}]: {e}"))
-                        })?,
-                    );
-                }
+                let (root, pods) = parse_inline(&inline, "")?;
                 let catalog = index.catalog();
                 let lookup = catalog
                     .lookup(&root.meta.api_version, &root.meta.kind)
@@ -135,17 +163,13 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
                             root.meta.api_version, root.meta.kind
                         ))
                     })?;
-                let refs: Vec<&Pod> = pods.iter().collect();
-                let input = resolve::Input {
-                    definition: &lookup.definition,
-                    generation: catalog.generation(),
-                    root: &root,
-                    pods: &refs,
-                    fallback_from: lookup.fallback_from.as_deref(),
-                    deadline: Some(Instant::now() + Duration::from_secs(2)),
-                    prepared: None,
-                };
-                let mut w = resolve::resolve(&input).workload;
+                let mut w = resolve_inline(
+                    &lookup.definition,
+                    catalog.generation(),
+                    lookup.fallback_from.as_deref(),
+                    &root,
+                    &pods,
+                );
                 if req.view == pb::View::Summary as i32 {
                     resolve::summarize(&mut w);
                 }
