@@ -84,6 +84,21 @@ pub(super) fn resolve_inline(
     resolve::resolve(&input).workload
 }
 
+/// A List/Watch filter, with its label selector checked.
+fn checked_filter(
+    namespace: String,
+    kinds: Vec<String>,
+    label_selector: String,
+) -> Result<Filter, Status> {
+    let filter = Filter {
+        namespace,
+        kinds,
+        label_selector,
+    };
+    filter.validate().map_err(Status::invalid_argument)?;
+    Ok(filter)
+}
+
 fn parse_json(text: &str, what: &str) -> Result<serde_json::Value, Status> {
     serde_json::from_str(text)
         .map_err(|e| Status::invalid_argument(format!("{what} is not valid JSON: {e}")))
@@ -187,12 +202,7 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
     ) -> Result<Response<pb::ListResponse>, Status> {
         self.ready()?;
         let req = request.into_inner();
-        let filter = Filter {
-            namespace: req.namespace,
-            kinds: req.kinds,
-            label_selector: req.label_selector,
-        };
-        filter.validate().map_err(Status::invalid_argument)?;
+        let filter = checked_filter(req.namespace, req.kinds, req.label_selector)?;
         let limit = match req.page_size as usize {
             0 => DEFAULT_PAGE,
             n => n.min(MAX_PAGE),
@@ -226,12 +236,7 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
     ) -> Result<Response<Self::WatchStream>, Status> {
         self.ready()?;
         let req = request.into_inner();
-        let filter = Filter {
-            namespace: req.namespace,
-            kinds: req.kinds,
-            label_selector: req.label_selector,
-        };
-        filter.validate().map_err(Status::invalid_argument)?;
+        let filter = checked_filter(req.namespace, req.kinds, req.label_selector)?;
         Ok(Response::new(super::watch::start(
             self.shared.clone(),
             filter,
