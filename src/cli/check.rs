@@ -40,12 +40,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(files) => files,
             Err(e) => {
-                errors.push(DefinitionError::new(
-                    &path.display().to_string(),
-                    "",
-                    None,
-                    format!("cannot read: {e}"),
-                ));
+                errors.push(DefinitionError::unreadable(&path.display().to_string(), e));
                 continue;
             }
         };

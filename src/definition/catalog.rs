@@ -190,15 +190,7 @@ pub fn load_path(path: &Path) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
     let files = match load::definition_files(path) {
         Ok(files) => files,
         Err(e) => {
-            return (
-                Vec::new(),
-                vec![DefinitionError::new(
-                    &source,
-                    "",
-                    None,
-                    format!("cannot read: {e}"),
-                )],
-            );
+            return (Vec::new(), vec![DefinitionError::unreadable(&source, e)]);
         }
     };
     let mut parsed = Vec::new();

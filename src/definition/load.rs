@@ -58,15 +58,7 @@ pub fn parse_file(path: &Path) -> (Vec<Parsed>, Vec<DefinitionError>) {
     let source = path.display().to_string();
     match std::fs::read_to_string(path) {
         Ok(text) => parse_text(&text, &source),
-        Err(e) => (
-            Vec::new(),
-            vec![DefinitionError::new(
-                &source,
-                "",
-                None,
-                format!("cannot read: {e}"),
-            )],
-        ),
+        Err(e) => (Vec::new(), vec![DefinitionError::unreadable(&source, e)]),
     }
 }
 

@@ -26,6 +26,11 @@ pub struct DefinitionError {
 }
 
 impl DefinitionError {
+    /// A file or folder that could not be read.
+    pub fn unreadable(source: &str, error: impl std::fmt::Display) -> Self {
+        DefinitionError::new(source, "", None, format!("cannot read: {error}"))
+    }
+
     /// Builds an error.
     pub fn new(
         source: &str,

@@ -46,24 +46,16 @@ fn temp_dir(tag: &str) -> PathBuf {
     d
 }
 
-async fn start(history: usize) -> Harness {
-    let dir = temp_dir("cluster");
-    copy_dir(
-        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster"),
-        &dir,
-    );
-    let defs = temp_dir("defs");
-    let report = Arc::new(LoadReport::default());
-    let mut reloader = definitions::Reloader::new(&defs);
-    let (catalog, _) = reloader.reload();
-    let index = Arc::new(Index::new(catalog, &[manifests::SOURCE]).with_history(history));
-    tokio::spawn(manifests::run(index.clone(), dir.clone()));
-    tokio::spawn(definitions::run(reloader, index.clone(), report.clone()));
+/// Serves `index` on a loopback port; returns a lazy channel to it and the shutdown switch.
+async fn serve_index(
+    index: Arc<Index>,
+    report: Arc<LoadReport>,
+) -> (Channel, tokio::sync::watch::Sender<bool>) {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shared = Shared {
-        index: index.clone(),
+        index,
         report,
         shutdown: rx,
     };
@@ -78,6 +70,23 @@ async fn start(history: usize) -> Harness {
     let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
+    (channel, tx)
+}
+
+async fn start(history: usize) -> Harness {
+    let dir = temp_dir("cluster");
+    copy_dir(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster"),
+        &dir,
+    );
+    let defs = temp_dir("defs");
+    let report = Arc::new(LoadReport::default());
+    let mut reloader = definitions::Reloader::new(&defs);
+    let (catalog, _) = reloader.reload();
+    let index = Arc::new(Index::new(catalog, &[manifests::SOURCE]).with_history(history));
+    tokio::spawn(manifests::run(index.clone(), dir.clone()));
+    tokio::spawn(definitions::run(reloader, index.clone(), report.clone()));
+    let (channel, tx) = serve_index(index.clone(), report).await;
     let client = WorkloadResolverClient::new(channel.clone());
     let h = Harness {
         dir,
@@ -217,25 +226,7 @@ async fn resolve_by_workload_pod_and_inline_with_error_codes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unavailable_before_the_first_sync() {
     let index = Arc::new(Index::new(Catalog::embedded().unwrap(), &["never-synced"]));
-    let (_tx, rx) = tokio::sync::watch::channel(false);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shared = Shared {
-        index,
-        report: Arc::new(LoadReport::default()),
-        shutdown: rx,
-    };
-    tokio::spawn(server::serve(
-        listener,
-        shared,
-        Settings {
-            listen: addr,
-            ..Settings::default()
-        },
-    ));
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_lazy();
+    let (channel, _tx) = serve_index(index, Arc::new(LoadReport::default())).await;
     let mut client = WorkloadResolverClient::new(channel.clone());
     let err = client
         .resolve(by_name("JobSet", "ml", "x"))
