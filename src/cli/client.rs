@@ -25,7 +25,54 @@ pub struct ServerArgs {
     /// All namespaces (the default; accepted for kubectl habits).
     #[arg(short = 'A', long = "all-namespaces", global = true)]
     pub all_namespaces: bool,
+    /// Bearer token for a server started with --auth-tokens.
+    #[arg(long, env = "KARTOGRAF_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// PEM CA bundle to verify an `https://` server (default: the system's web PKI roots are
+    /// not used; a CA is required for TLS).
+    #[arg(long, env = "KARTOGRAF_CA_CERT", value_name = "FILE", global = true)]
+    pub ca_cert: Option<std::path::PathBuf>,
+    /// PEM client certificate for mutual TLS (with --client-key).
+    #[arg(
+        long,
+        env = "KARTOGRAF_CLIENT_CERT",
+        value_name = "FILE",
+        global = true,
+        requires = "client_key"
+    )]
+    pub client_cert: Option<std::path::PathBuf>,
+    /// PEM private key of --client-cert.
+    #[arg(
+        long,
+        env = "KARTOGRAF_CLIENT_KEY",
+        value_name = "FILE",
+        global = true,
+        requires = "client_cert"
+    )]
+    pub client_key: Option<std::path::PathBuf>,
 }
+
+/// Adds `authorization: Bearer …` to every call.
+#[derive(Clone)]
+pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// The generated client with the `--token` interceptor.
+pub type Client =
+    WorkloadResolverClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>;
 
 /// Output of `get`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -101,18 +148,43 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the runtime")
 }
 
-async fn connect(server: &ServerArgs) -> anyhow::Result<WorkloadResolverClient<Channel>> {
-    let channel = Channel::from_shared(server.server.clone())
-        .with_context(|| format!("bad --server {}", server.server))?
-        .connect()
-        .await
-        .with_context(|| {
-            format!(
-                "cannot reach kartograf at {} (is `kartograf serve` running?)",
-                server.server
-            )
-        })?;
-    Ok(WorkloadResolverClient::new(channel))
+async fn connect(server: &ServerArgs) -> anyhow::Result<Client> {
+    let mut endpoint = Channel::from_shared(server.server.clone())
+        .with_context(|| format!("bad --server {}", server.server))?;
+    if server.ca_cert.is_some() || server.client_cert.is_some() {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).with_context(|| format!("reading {}", p.display()))
+        };
+        let mut tls = tonic::transport::ClientTlsConfig::new();
+        if let Some(ca) = &server.ca_cert {
+            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+        }
+        if let (Some(cert), Some(key)) = (&server.client_cert, &server.client_key) {
+            tls = tls.identity(tonic::transport::Identity::from_pem(
+                read(cert)?,
+                read(key)?,
+            ));
+        }
+        endpoint = endpoint.tls_config(tls).context("TLS settings")?;
+    }
+    let token = match &server.token {
+        Some(t) => Some(
+            format!("Bearer {}", t.trim())
+                .parse()
+                .context("--token has characters not allowed in gRPC metadata")?,
+        ),
+        None => None,
+    };
+    let channel = endpoint.connect().await.with_context(|| {
+        format!(
+            "cannot reach kartograf at {} (is `kartograf serve` running?)",
+            server.server
+        )
+    })?;
+    Ok(WorkloadResolverClient::with_interceptor(
+        channel,
+        Bearer(token),
+    ))
 }
 
 fn namespace(server: &ServerArgs) -> String {

@@ -49,7 +49,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "ms" => Ok(Duration::from_millis(n)),
         "s" => Ok(Duration::from_secs(n)),
         "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("`{s}` is not a duration like 500ms, 2s or 1m")),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("`{s}` is not a duration like 500ms, 2s, 1m or 1h")),
     }
 }
 

@@ -3,7 +3,7 @@
 use super::DefinitionArgs;
 use crate::definition::{Catalog, LoadReport};
 use crate::index::Index;
-use crate::server::{self, Settings, Shared};
+use crate::server::{self, Settings, Shared, TlsFiles};
 use crate::source::{definitions, kube, manifests};
 use anyhow::Context;
 use std::net::SocketAddr;
@@ -38,6 +38,65 @@ pub struct Args {
     /// Concurrent requests before new ones are shed with RESOURCE_EXHAUSTED.
     #[arg(long, env = "KARTOGRAF_CONCURRENCY_LIMIT", default_value_t = 1024)]
     pub concurrency_limit: usize,
+    /// Largest request message accepted, in bytes (larger ones fail with RESOURCE_EXHAUSTED).
+    #[arg(long, env = "KARTOGRAF_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_message_bytes: usize,
+    /// HTTP/2 keepalive ping interval; 0 turns pings off.
+    #[arg(long, env = "KARTOGRAF_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = super::resolve::parse_duration)]
+    pub keepalive_interval: Duration,
+    /// How long a keepalive ping may go unanswered before the connection is closed.
+    #[arg(long, env = "KARTOGRAF_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = super::resolve::parse_duration)]
+    pub keepalive_timeout: Duration,
+    /// Connections are closed gracefully (GOAWAY) after this age so clients rebalance across
+    /// replicas; 0 keeps them forever.
+    #[arg(long, env = "KARTOGRAF_MAX_CONNECTION_AGE", default_value = "30m", value_parser = super::resolve::parse_duration)]
+    pub max_connection_age: Duration,
+    /// Random spread of --max-connection-age, as a fraction (0.1 = ±10%).
+    #[arg(
+        long,
+        env = "KARTOGRAF_MAX_CONNECTION_AGE_JITTER",
+        default_value_t = 0.1
+    )]
+    pub max_connection_age_jitter: f64,
+    /// How long open streams (Watch) may continue after the connection's age before it is
+    /// closed; clients then resume with since_revision.
+    #[arg(long, env = "KARTOGRAF_MAX_CONNECTION_AGE_GRACE", default_value = "60s", value_parser = super::resolve::parse_duration)]
+    pub max_connection_age_grace: Duration,
+    /// HTTP/2 streams per connection (each Watch is one).
+    #[arg(long, env = "KARTOGRAF_MAX_CONCURRENT_STREAMS", default_value_t = 2048)]
+    pub max_concurrent_streams: u32,
+    /// On SIGTERM, how long to keep answering (health already NOT_SERVING, Watch streams
+    /// ended) before closing connections; the process exits within 10 s regardless.
+    #[arg(long, env = "KARTOGRAF_SHUTDOWN_DELAY", default_value = "1s", value_parser = super::resolve::parse_duration)]
+    pub shutdown_delay: Duration,
+    /// Serve TLS with this PEM certificate chain (needs --tls-key).
+    #[arg(
+        long,
+        env = "KARTOGRAF_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(
+        long,
+        env = "KARTOGRAF_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this PEM CA bundle (mutual TLS).
+    #[arg(
+        long,
+        env = "KARTOGRAF_TLS_CLIENT_CA",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Require bearer tokens listed in FILE (`TOKEN NAME [SCOPES]` per line; re-read when it
+    /// changes). Health checks stay open.
+    #[arg(long, env = "KARTOGRAF_AUTH_TOKENS", value_name = "FILE")]
+    pub auth_tokens: Option<PathBuf>,
     #[command(flatten)]
     pub definitions: DefinitionArgs,
 }
@@ -103,11 +162,24 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(r) = reloader {
         tokio::spawn(definitions::run(r, index.clone(), report.clone()));
     }
+    let tokens = match &args.auth_tokens {
+        Some(path) => {
+            let tokens = Arc::new(server::Tokens::load(path).map_err(anyhow::Error::msg)?);
+            tokens.spawn_reloader(Duration::from_secs(1));
+            Some(tokens)
+        }
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let local = listener.local_addr()?;
-    eprintln!("kartograf serving gRPC on {local} ({origin})");
+    let scheme = if args.tls_cert.is_some() {
+        "TLS"
+    } else {
+        "plaintext"
+    };
+    eprintln!("kartograf serving gRPC ({scheme}) on {local} ({origin})");
     let shared = Shared {
         index,
         report,
@@ -117,6 +189,24 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         listen: local,
         request_timeout: args.request_timeout,
         concurrency_limit: args.concurrency_limit,
+        max_message_bytes: args.max_message_bytes,
+        keepalive_interval: nonzero(args.keepalive_interval),
+        keepalive_timeout: args.keepalive_timeout,
+        max_connection_age: nonzero(args.max_connection_age),
+        max_connection_age_jitter: args.max_connection_age_jitter,
+        max_connection_age_grace: args.max_connection_age_grace,
+        max_concurrent_streams: args.max_concurrent_streams,
+        shutdown_delay: args.shutdown_delay.min(Duration::from_secs(8)),
+        tls: args
+            .tls_cert
+            .clone()
+            .zip(args.tls_key.clone())
+            .map(|(cert, key)| TlsFiles {
+                cert,
+                key,
+                client_ca: args.tls_client_ca.clone(),
+            }),
+        tokens,
     };
     let server = tokio::spawn(server::serve(listener, shared, settings));
     wait_for_signal().await;
@@ -131,6 +221,10 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn nonzero(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
 }
 
 async fn wait_for_signal() {

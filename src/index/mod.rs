@@ -165,6 +165,11 @@ impl Index {
         self.revision_tx.subscribe()
     }
 
+    /// Receivers currently subscribed (open Watch streams and internal listeners).
+    pub fn subscribers(&self) -> usize {
+        self.revision_tx.receiver_count()
+    }
+
     /// True once every source finished its first full sync.
     pub fn synced(&self) -> bool {
         self.lock().pending_sources.is_empty()

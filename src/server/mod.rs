@@ -1,16 +1,21 @@
 //! The gRPC services: `WorkloadResolver`, `Definitions`, `grpc.health.v1` and server
 //! reflection (v1 and v1alpha), over the [`Index`].
 
+mod admission;
+pub mod auth;
 mod definitions;
 mod resolver;
 mod watch;
 
+pub use admission::Admission;
+pub use auth::Tokens;
 pub use definitions::{DefinitionsService, LoadReport};
 pub use resolver::ResolverService;
 
 use crate::index::Index;
 use crate::proto::v1 as pb;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch as signal;
@@ -26,15 +31,48 @@ pub struct Shared {
     pub shutdown: signal::Receiver<bool>,
 }
 
-/// Server settings.
+/// Server settings: every knob of `kartograf serve` that shapes the gRPC server.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// gRPC listen address.
     pub listen: SocketAddr,
     /// Per-request timeout (tonic honours a shorter `grpc-timeout`).
     pub request_timeout: Duration,
-    /// Concurrent requests across all connections.
+    /// Requests in flight across all connections before new ones are shed.
     pub concurrency_limit: usize,
+    /// Largest request message accepted (decoded), in bytes.
+    pub max_message_bytes: usize,
+    /// HTTP/2 keepalive ping interval (`None`: no pings).
+    pub keepalive_interval: Option<Duration>,
+    /// How long a keepalive ping may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+    /// Connections are gracefully closed (GOAWAY) after this age, so clients rebalance across
+    /// replicas (`None`: never).
+    pub max_connection_age: Option<Duration>,
+    /// Fraction (0–1) of random spread applied to `max_connection_age`.
+    pub max_connection_age_jitter: f64,
+    /// How long streams may continue on a connection past its age before it is closed.
+    pub max_connection_age_grace: Duration,
+    /// HTTP/2 streams per connection (Watch streams included).
+    pub max_concurrent_streams: u32,
+    /// After shutdown starts (health NOT_SERVING, Watch streams ended), how long requests are
+    /// still answered before connections close.
+    pub shutdown_delay: Duration,
+    /// Serve TLS with these files (`None`: plaintext).
+    pub tls: Option<TlsFiles>,
+    /// Require bearer tokens from this set (`None`: no authentication).
+    pub tokens: Option<Arc<Tokens>>,
+}
+
+/// PEM files for TLS; with `client_ca`, clients must present a certificate it signed (mTLS).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// Server certificate chain.
+    pub cert: PathBuf,
+    /// Server private key.
+    pub key: PathBuf,
+    /// CA bundle that client certificates must chain to.
+    pub client_ca: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -43,9 +81,56 @@ impl Default for Settings {
             listen: ([0, 0, 0, 0], 50051).into(),
             request_timeout: Duration::from_secs(30),
             concurrency_limit: 1024,
+            max_message_bytes: 4 * 1024 * 1024,
+            keepalive_interval: Some(Duration::from_secs(30)),
+            keepalive_timeout: Duration::from_secs(10),
+            max_connection_age: Some(Duration::from_secs(30 * 60)),
+            max_connection_age_jitter: 0.1,
+            max_connection_age_grace: Duration::from_secs(60),
+            max_concurrent_streams: 2048,
+            shutdown_delay: Duration::from_secs(1),
+            tls: None,
+            tokens: None,
         }
     }
 }
+
+impl TlsFiles {
+    fn config(&self) -> Result<tonic::transport::ServerTlsConfig, String> {
+        let read = |what: &str, path: &PathBuf| {
+            std::fs::read(path).map_err(|e| format!("{what} {}: {e}", path.display()))
+        };
+        let identity = tonic::transport::Identity::from_pem(
+            read("--tls-cert", &self.cert)?,
+            read("--tls-key", &self.key)?,
+        );
+        let mut config = tonic::transport::ServerTlsConfig::new().identity(identity);
+        if let Some(ca) = &self.client_ca {
+            config = config
+                .client_ca_root(tonic::transport::Certificate::from_pem(read(
+                    "--tls-client-ca",
+                    ca,
+                )?))
+                .client_auth_optional(false);
+        }
+        Ok(config)
+    }
+}
+
+/// `age` spread by ±`jitter` (one draw per server), so replicas started together do not
+/// close their connections in step.
+fn jittered(age: Duration, jitter: f64) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let unit = (random >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
+    let factor = 1.0 + jitter.clamp(0.0, 1.0) * (2.0 * unit - 1.0);
+    age.mul_f64(factor.max(0.0))
+}
+
+/// The health service name that reports SERVING whenever the process is up (liveness).
+pub const LIVENESS: &str = "liveness";
 
 /// Serves until `shutdown` flips, on an already bound listener (port 0 in tests).
 pub async fn serve(
@@ -73,6 +158,11 @@ pub async fn serve(
                 "kartograf.v1.WorkloadResolver",
                 "kartograf.v1.Definitions",
             ];
+            // `liveness` answers SERVING while the process runs: a liveness probe must not
+            // fail during a long first sync.
+            reporter
+                .set_service_status(LIVENESS, tonic_health::ServingStatus::Serving)
+                .await;
             let mut serving = false;
             for n in names {
                 reporter
@@ -102,10 +192,13 @@ pub async fn serve(
 
     let resolver = pb::workload_resolver_server::WorkloadResolverServer::new(ResolverService::new(
         shared.clone(),
-    ));
+    ))
+    .max_decoding_message_size(settings.max_message_bytes);
     let definitions =
-        pb::definitions_server::DefinitionsServer::new(DefinitionsService::new(shared.clone()));
+        pb::definitions_server::DefinitionsServer::new(DefinitionsService::new(shared.clone()))
+            .max_decoding_message_size(settings.max_message_bytes);
     let mut shutdown = shared.shutdown.clone();
+    let drain = settings.shutdown_delay;
     // Responses span several segments: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms.
     let incoming = tokio_stream::StreamExt::map(
         tokio_stream::wrappers::TcpListenerStream::new(listener),
@@ -115,15 +208,23 @@ pub async fn serve(
             })
         },
     );
-    let result = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder()
         .timeout(settings.request_timeout)
-        .concurrency_limit_per_connection(256)
-        .layer(
-            tower::ServiceBuilder::new()
-                .load_shed()
-                .concurrency_limit(settings.concurrency_limit)
-                .into_inner(),
-        )
+        .http2_keepalive_interval(settings.keepalive_interval)
+        .http2_keepalive_timeout(Some(settings.keepalive_timeout))
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        .max_connection_age_grace(settings.max_connection_age_grace);
+    if let Some(age) = settings.max_connection_age {
+        builder = builder.max_connection_age(jittered(age, settings.max_connection_age_jitter));
+    }
+    if let Some(tls) = &settings.tls {
+        builder = builder.tls_config(tls.config()?)?;
+    }
+    let result = builder
+        .layer(Admission::new(
+            settings.concurrency_limit,
+            settings.tokens.clone(),
+        ))
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -135,6 +236,9 @@ pub async fn serve(
                     break;
                 }
             }
+            // Health already says NOT_SERVING and Watch streams are ending; keep answering
+            // for a moment so load balancers see it before connections are closed.
+            tokio::time::sleep(drain).await;
         })
         .await;
     health_task.abort();

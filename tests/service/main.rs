@@ -2,6 +2,7 @@
 //! watched manifest directory and a hot-reloaded definitions directory.
 
 mod fake_apiserver;
+mod hardening;
 mod kube;
 
 use kartograf::definition::{Catalog, LoadReport};

@@ -1,0 +1,301 @@
+//! Bearer-token authentication. Tokens come from a file, one per line:
+//!
+//! ```text
+//! # TOKEN            NAME        [SCOPES]
+//! 3f9c…e1            scheduler   resolver
+//! 77ab…09            platform    resolver,definitions
+//! ```
+//!
+//! Scopes name the services a token may call: `resolver` (`kartograf.v1.WorkloadResolver`),
+//! `definitions` (`kartograf.v1.Definitions`) or `*` (everything, the default). Health is
+//! always open (kubelet probes); reflection needs any valid token. The file is re-read when
+//! its content changes; a file that no longer parses keeps the last good set. Tokens are kept
+//! only as SHA-256 digests and are never logged: errors name the line, not the token.
+
+use arc_swap::ArcSwap;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::Status;
+
+/// The gRPC service prefix of health checks, which never need a token.
+pub const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
+
+type Digest = [u8; 32];
+
+/// What one token may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The name the token file gives it (used in messages, never the token).
+    pub name: String,
+    /// Services it may call; empty means all.
+    scopes: Vec<Scope>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Resolver,
+    Definitions,
+}
+
+impl Scope {
+    fn service(self) -> &'static str {
+        match self {
+            Scope::Resolver => "kartograf.v1.WorkloadResolver",
+            Scope::Definitions => "kartograf.v1.Definitions",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Scope::Resolver => "resolver",
+            Scope::Definitions => "definitions",
+        }
+    }
+}
+
+/// A parsed token file.
+#[derive(Debug, Default)]
+struct TokenSet {
+    by_digest: HashMap<Digest, Grant>,
+}
+
+/// Tokens loaded from a file and reloaded when it changes.
+#[derive(Debug)]
+pub struct Tokens {
+    path: PathBuf,
+    set: ArcSwap<TokenSet>,
+    content: std::sync::Mutex<Vec<u8>>,
+}
+
+fn digest(token: &[u8]) -> Digest {
+    let d = ring::digest::digest(&ring::digest::SHA256, token);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+fn parse(text: &str) -> Result<TokenSet, String> {
+    let mut set = TokenSet::default();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut fields = line.split_whitespace();
+        let (Some(token), Some(name)) = (fields.next(), fields.next()) else {
+            return Err(format!(
+                "line {}: expected `TOKEN NAME [SCOPES]` (the token is not shown)",
+                n + 1
+            ));
+        };
+        let mut scopes = Vec::new();
+        for s in fields.flat_map(|f| f.split(',')).filter(|s| !s.is_empty()) {
+            match s {
+                "*" => scopes.clear(),
+                "resolver" => scopes.push(Scope::Resolver),
+                "definitions" => scopes.push(Scope::Definitions),
+                other => {
+                    return Err(format!(
+                        "line {} ({name}): unknown scope {other:?}; use resolver, definitions or *",
+                        n + 1
+                    ));
+                }
+            }
+            if s == "*" {
+                break;
+            }
+        }
+        if token.len() < 16 {
+            return Err(format!(
+                "line {} ({name}): token shorter than 16 characters",
+                n + 1
+            ));
+        }
+        let grant = Grant {
+            name: name.to_owned(),
+            scopes,
+        };
+        if set
+            .by_digest
+            .insert(digest(token.as_bytes()), grant)
+            .is_some()
+        {
+            return Err(format!("line {} ({name}): duplicate token", n + 1));
+        }
+    }
+    Ok(set)
+}
+
+impl Tokens {
+    /// Loads the token file; an unreadable or invalid file is an error naming the line.
+    pub fn load(path: &Path) -> Result<Tokens, String> {
+        let content =
+            std::fs::read(path).map_err(|e| format!("token file {}: {e}", path.display()))?;
+        let text = String::from_utf8_lossy(&content);
+        let set = parse(&text).map_err(|e| format!("token file {}: {e}", path.display()))?;
+        if set.by_digest.is_empty() {
+            tracing::warn!(file = %path.display(), "token file has no tokens: every call except health is refused");
+        }
+        Ok(Tokens {
+            path: path.to_path_buf(),
+            set: ArcSwap::from_pointee(set),
+            content: std::sync::Mutex::new(content),
+        })
+    }
+
+    /// Number of tokens currently accepted.
+    pub fn len(&self) -> usize {
+        self.set.load().by_digest.len()
+    }
+
+    /// True when no token is accepted.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Re-reads the file if its content changed. Returns whether a new set was published.
+    pub fn reload(&self) -> bool {
+        let Ok(content) = std::fs::read(&self.path) else {
+            tracing::warn!(file = %self.path.display(), "token file unreadable; keeping the previous tokens");
+            return false;
+        };
+        let mut last = self.content.lock().unwrap_or_else(|e| e.into_inner());
+        if *last == content {
+            return false;
+        }
+        match parse(&String::from_utf8_lossy(&content)) {
+            Ok(set) => {
+                tracing::info!(file = %self.path.display(), tokens = set.by_digest.len(), "token file reloaded");
+                self.set.store(Arc::new(set));
+                *last = content;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(file = %self.path.display(), error = %e, "token file rejected; keeping the previous tokens");
+                *last = content;
+                false
+            }
+        }
+    }
+
+    /// Re-reads the file every `every` (content-compared, so ConfigMap/Secret symlink swaps
+    /// are seen too) until the task is dropped.
+    pub fn spawn_reloader(self: &Arc<Self>, every: Duration) -> tokio::task::JoinHandle<()> {
+        let tokens = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tick.tick().await;
+                tokens.reload();
+            }
+        })
+    }
+
+    /// Decides whether a call to `path` with this `authorization` header may proceed.
+    pub fn authorize(&self, path: &str, authorization: Option<&[u8]>) -> Result<(), Status> {
+        if path.starts_with(HEALTH_PREFIX) {
+            return Ok(());
+        }
+        let Some(header) = authorization else {
+            return Err(Status::unauthenticated(
+                "missing credentials: send the metadata `authorization: Bearer <token>`",
+            ));
+        };
+        let token = header
+            .strip_prefix(b"Bearer ")
+            .or_else(|| header.strip_prefix(b"bearer "))
+            .ok_or_else(|| {
+                Status::unauthenticated(
+                    "the authorization metadata must have the form `Bearer <token>`",
+                )
+            })?;
+        let set = self.set.load();
+        let Some(grant) = set.by_digest.get(&digest(token.trim_ascii())) else {
+            return Err(Status::unauthenticated(
+                "unknown bearer token (it may have been revoked)",
+            ));
+        };
+        if grant.scopes.is_empty() {
+            return Ok(());
+        }
+        let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
+        let known = [Scope::Resolver, Scope::Definitions];
+        match known.iter().find(|s| s.service() == service) {
+            Some(needed) if !grant.scopes.contains(needed) => {
+                let allowed: Vec<&str> = grant.scopes.iter().map(|s| s.name()).collect();
+                Err(Status::permission_denied(format!(
+                    "token {:?} may not call {service} (its scopes: {}); add the scope {:?} in the token file",
+                    grant.name,
+                    allowed.join(","),
+                    needed.name()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(text: &str) -> Tokens {
+        Tokens {
+            path: PathBuf::new(),
+            set: ArcSwap::from_pointee(parse(text).expect("valid token file")),
+            content: Default::default(),
+        }
+    }
+
+    const RESOLVE: &str = "/kartograf.v1.WorkloadResolver/Resolve";
+    const VALIDATE: &str = "/kartograf.v1.Definitions/ValidateDefinition";
+
+    #[test]
+    fn scopes_decide_per_service() {
+        let t = tokens("# c\naaaaaaaaaaaaaaaa sched resolver\nbbbbbbbbbbbbbbbb admin *\n");
+        assert!(
+            t.authorize(RESOLVE, Some(b"Bearer aaaaaaaaaaaaaaaa"))
+                .is_ok()
+        );
+        let denied = t
+            .authorize(VALIDATE, Some(b"Bearer aaaaaaaaaaaaaaaa"))
+            .unwrap_err();
+        assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+        assert!(denied.message().contains("sched"));
+        assert!(!denied.message().contains("aaaaaaaa"));
+        assert!(
+            t.authorize(VALIDATE, Some(b"Bearer bbbbbbbbbbbbbbbb"))
+                .is_ok()
+        );
+        assert_eq!(
+            t.authorize(RESOLVE, Some(b"Bearer cccccccccccccccc"))
+                .unwrap_err()
+                .code(),
+            tonic::Code::Unauthenticated
+        );
+        assert_eq!(
+            t.authorize(RESOLVE, None).unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
+        assert_eq!(
+            t.authorize(RESOLVE, Some(b"Basic abc")).unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
+        assert!(t.authorize("/grpc.health.v1.Health/Check", None).is_ok());
+    }
+
+    #[test]
+    fn bad_files_name_the_line_not_the_token() {
+        let e = parse("secretsecretsecret1\n").unwrap_err();
+        assert!(e.contains("line 1") && !e.contains("secretsecret"), "{e}");
+        let e = parse("short n\n").unwrap_err();
+        assert!(e.contains("shorter") && !e.contains("short n"), "{e}");
+        let e = parse("aaaaaaaaaaaaaaaa n bogus\n").unwrap_err();
+        assert!(e.contains("bogus"), "{e}");
+        let e = parse("aaaaaaaaaaaaaaaa a\naaaaaaaaaaaaaaaa b\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("duplicate"), "{e}");
+    }
+}
