@@ -28,8 +28,7 @@ pub struct ServerArgs {
     /// Bearer token for a server started with --auth-tokens.
     #[arg(long, env = "KARTOGRAF_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
-    /// PEM CA bundle to verify an `https://` server (default: the system's web PKI roots are
-    /// not used; a CA is required for TLS).
+    /// PEM CA bundle that signed the server's certificate (needed for an `https://` server).
     #[arg(long, env = "KARTOGRAF_CA_CERT", value_name = "FILE", global = true)]
     pub ca_cert: Option<std::path::PathBuf>,
     /// PEM client certificate for mutual TLS (with --client-key).

@@ -573,3 +573,63 @@ async fn shutdown_with_a_thousand_watch_streams_ends_them_and_exits_within_10s()
         .expect("clean exit");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// Runs the CLI and returns (exit code, stdout + stderr).
+fn cli(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kartograf"))
+        .args(args)
+        .env_remove("KARTOGRAF_TOKEN")
+        .output()
+        .expect("run kartograf");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_serves_and_calls_with_tls_and_a_token() {
+    let pki = pki();
+    let tokens = pki.dir.join("tokens");
+    std::fs::write(&tokens, "cli-token-0123456789 operator resolver\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster");
+    let path = |p: &PathBuf| p.to_string_lossy().to_string();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kartograf"))
+        .args(["serve", "--manifests", &path(&demo), "--listen", &listen])
+        .args(["--tls-cert", &path(&pki.dir.join("server.pem"))])
+        .args(["--tls-key", &path(&pki.dir.join("server.key"))])
+        .args(["--auth-tokens", &path(&tokens)])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start serve");
+    let server = format!("https://localhost:{port}");
+    let ca = path(&pki.dir.join("ca.pem"));
+    let mut last = (0, String::new());
+    for _ in 0..100 {
+        last = cli(&[
+            "get",
+            "--server",
+            &server,
+            "--ca-cert",
+            &ca,
+            "--token",
+            "cli-token-0123456789",
+        ]);
+        if last.0 == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(last.0, 0, "{}", last.1);
+    assert!(last.1.contains("llama-train-b"), "{}", last.1);
+    let (code, text) = cli(&["get", "--server", &server, "--ca-cert", &ca]);
+    assert_ne!(code, 0);
+    assert!(text.contains("authorization"), "{text}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
