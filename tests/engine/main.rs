@@ -5,6 +5,7 @@ mod catalog;
 mod cli;
 mod common;
 mod definitions;
+mod deploy;
 mod gangs;
 mod jq_compat;
 mod malformed;
