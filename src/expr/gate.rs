@@ -163,9 +163,89 @@ impl std::fmt::Display for Refused {
     }
 }
 
+/// Deepest bracket nesting (`(`, `[`, `{`, string interpolation) accepted in a source.
+/// The lexer, parser, compiler and evaluator all recurse per level; 1,000 levels overflow a
+/// 2 MiB thread stack and abort the process.
+pub const MAX_NESTING: usize = 64;
+
+/// Deepest parsed term accepted (operator chains, `-`, `if`, `try` nest without brackets).
+pub const MAX_DEPTH: usize = 256;
+
+/// Longest expression source accepted, in bytes (the catalog's longest is about 2 KiB). It
+/// bounds the nesting the parser sees before [`check`] can measure the parsed term: 5,000
+/// nested `-` overflow a 2 MiB stack while parsing.
+pub const MAX_LENGTH: usize = 4 * 1024;
+
+/// Checks an expression's source before it is lexed: its length and bracket nesting.
+pub fn check_source(source: &str) -> Vec<Refused> {
+    let mut refused = Vec::new();
+    if source.len() > MAX_LENGTH {
+        refuse(
+            &mut refused,
+            "expression",
+            format!("longer than {MAX_LENGTH} bytes"),
+        );
+    }
+    let (mut depth, mut max) = (0usize, 0usize);
+    for b in source.bytes() {
+        match b {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if max > MAX_NESTING || prefix_run(source) > MAX_NESTING {
+        refuse(
+            &mut refused,
+            "nesting",
+            format!("brackets or prefix operators nest deeper than {MAX_NESTING} levels"),
+        );
+    }
+    refused
+}
+
+/// Longest run of prefix operators (`-`, `try`) separated only by whitespace: each nests
+/// one parser level without brackets.
+fn prefix_run(source: &str) -> usize {
+    let bytes = source.as_bytes();
+    let (mut i, mut run, mut max) = (0, 0usize, 0usize);
+    while i < bytes.len() {
+        let word_end = |n: usize| {
+            bytes
+                .get(i + n)
+                .is_none_or(|b| !(b.is_ascii_alphanumeric() || *b == b'_'))
+        };
+        if bytes[i].is_ascii_whitespace() {
+            i += 1;
+        } else if bytes[i] == b'-' {
+            run += 1;
+            i += 1;
+        } else if bytes[i..].starts_with(b"try") && word_end(3) {
+            run += 1;
+            i += 3;
+        } else {
+            run = 0;
+            i += 1;
+        }
+        max = max.max(run);
+    }
+    max
+}
+
 /// Checks a parsed expression; returns every refused construct (empty when safe).
 pub fn check(term: &Term<&str>) -> Vec<Refused> {
     let mut refused = Vec::new();
+    if deeper_than(term, MAX_DEPTH) {
+        refuse(
+            &mut refused,
+            "nesting",
+            format!("the expression nests deeper than {MAX_DEPTH} levels"),
+        );
+        return refused;
+    }
     walk(term, &mut refused);
     if count_ranges(term) > 1 {
         refuse(
@@ -188,10 +268,29 @@ fn count_ranges(term: &Term<&str>) -> usize {
     n
 }
 
+/// True when `term` nests more than `limit` levels (recursing at most `limit` deep).
+fn deeper_than(term: &Term<&str>, limit: usize) -> bool {
+    if limit == 0 {
+        return true;
+    }
+    let mut deeper = false;
+    children(term, &mut |t| {
+        if !deeper && deeper_than(t, limit - 1) {
+            deeper = true;
+        }
+    });
+    deeper
+}
+
 /// Calls `f` on `term` and every term below it (patterns and paths included).
 fn visit<'a>(term: &'a Term<&'a str>, f: &mut dyn FnMut(&'a Term<&'a str>)) {
     f(term);
-    let mut each = |t: &'a Term<&'a str>| visit(t, f);
+    children(term, &mut |t| visit(t, f));
+}
+
+/// Calls `each` on the direct subterms of `term`.
+fn children<'a>(term: &'a Term<&'a str>, each: &mut dyn FnMut(&'a Term<&'a str>)) {
+    let mut each = |t: &'a Term<&'a str>| each(t);
     match term {
         Term::Id | Term::Num(_) | Term::Break(_) | Term::Recurse | Term::Var(_) => {}
         Term::Str(_, parts) => parts.iter().for_each(|p| {

@@ -112,6 +112,10 @@ impl Expr {
     /// Parses, gates and compiles `source`. `vars` names the global variables (with `$`)
     /// the expression may read; their values are passed to [`Expr::eval_with`] in order.
     pub fn compile_with(source: &str, vars: &[&str]) -> Result<Expr, CompileError> {
+        let refused = gate::check_source(source);
+        if !refused.is_empty() {
+            return Err(CompileError::Refused(refused));
+        }
         let tokens = Lexer::new(source).lex().map_err(|errors| {
             let (expected, found) = &errors[0];
             CompileError::Syntax(format!(

@@ -5,6 +5,8 @@ mod catalog;
 mod cli;
 mod common;
 mod definitions;
+mod deploy;
+mod fuzz;
 mod gangs;
 mod jq_compat;
 mod malformed;
