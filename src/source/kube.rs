@@ -286,14 +286,16 @@ pub async fn run(
         settings,
     });
     let mut tasks: JoinSet<()> = JoinSet::new();
-    let mut running: HashMap<GroupKind, (AbortHandle, Mode)> = HashMap::new();
+    // Per group+kind: the watcher task, its mode and its index source name.
+    let mut running: HashMap<GroupKind, (AbortHandle, Mode, String)> = HashMap::new();
     let mut startup: Option<HashSet<String>> = Some(HashSet::new());
     let mut attempt = 0u32;
     loop {
         while tasks.try_join_next().is_some() {}
-        running.retain(|gk, (h, _)| {
+        running.retain(|_, (h, _, name)| {
             if h.is_finished() {
-                tracing::warn!(group = %gk.0, kind = %gk.1, "kubernetes: watcher ended; restarting");
+                tracing::warn!(source = %name, "kubernetes: watcher ended; restarting");
+                ctx.on_restart(name, true);
             }
             !h.is_finished()
         });
@@ -316,8 +318,8 @@ pub async fn run(
         let mut failed = 0usize;
         for (gk, versions, mode) in wanted {
             match running.get(&gk) {
-                Some((_, m)) if *m == mode => continue,
-                Some((handle, m)) => {
+                Some((_, m, _)) if *m == mode => continue,
+                Some((handle, m, _)) => {
                     tracing::info!(group = %gk.0, kind = %gk.1, from = ?m, to = ?mode, "kubernetes: switching watch mode");
                     handle.abort();
                 }
@@ -331,7 +333,8 @@ pub async fn run(
                         s.insert(name.clone());
                     }
                     let handle = tasks.spawn(watch_kind(ctx.clone(), ar, mode));
-                    running.insert(gk, (handle, mode));
+
+                    running.insert(gk, (handle, mode, name));
                 }
                 Discovered::NotServed => {
                     running.remove(&gk);
@@ -658,5 +661,34 @@ fn strip_template_env(value: &mut Json, depth: usize) {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_grows_caps_and_jitters_downwards() {
+        let exact = Backoff {
+            jitter: 0.0,
+            ..Backoff::default()
+        };
+        let delays: Vec<Duration> = (0..8).map(|n| exact.delay(n)).collect();
+        assert_eq!(delays[0], Duration::from_millis(800));
+        assert_eq!(delays[1], Duration::from_millis(1600));
+        assert_eq!(delays[5], Duration::from_millis(25_600));
+        assert_eq!(delays[6], Duration::from_secs(30), "capped");
+        assert_eq!(exact.delay(u32::MAX), Duration::from_secs(30));
+        let jittered = Backoff::default();
+        let samples: Vec<Duration> = (0..50).map(|_| jittered.delay(2)).collect();
+        assert!(
+            samples
+                .iter()
+                .all(|d| *d <= Duration::from_millis(3200) && *d >= Duration::from_millis(2560)),
+            "{samples:?}"
+        );
+        assert!(samples.iter().any(|d| *d != samples[0]), "jitter varies");
     }
 }
