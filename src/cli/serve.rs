@@ -4,7 +4,8 @@ use super::DefinitionArgs;
 use crate::definition::{Catalog, LoadReport};
 use crate::index::Index;
 use crate::server::{self, Settings, Shared, TlsFiles};
-use crate::source::{definitions, kube, manifests};
+use crate::source::definitions::{self, Layers};
+use crate::source::{kube, manifests};
 use anyhow::Context;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -117,34 +118,27 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--manifests {}: no such file or directory", dir.display());
     }
     let report = Arc::new(LoadReport::default());
-    let mut reloader = args
-        .definitions
-        .definitions
-        .as_deref()
-        .map(definitions::Reloader::new);
-    let catalog = match reloader.as_mut() {
-        Some(r) => {
-            let (catalog, errors) = r.reload();
-            for e in &errors {
-                tracing::warn!(error = %e, "definition rejected");
-            }
-            report.set(errors);
-            catalog
-        }
-        None => {
-            Catalog::embedded().map_err(|e| anyhow::anyhow!("embedded catalog invalid: {e:?}"))?
-        }
-    };
     let source = if args.manifests.is_some() {
         manifests::SOURCE
     } else {
         kube::SOURCE
     };
     let index = Arc::new(
-        Index::new(catalog, &[source])
+        Index::new(Catalog::default(), &[source])
             .with_history(args.history)
             .with_resolve_timeout(args.resolve_timeout),
     );
+    // Embedded < --definitions DIR < cluster Karta objects, published by one owner.
+    let publisher = definitions::Publisher::new(Layers::new(), index.clone(), report.clone());
+    let mut reloader = args
+        .definitions
+        .definitions
+        .as_deref()
+        .map(definitions::Reloader::new);
+    match reloader.as_mut() {
+        Some(r) => r.publish(&publisher),
+        None => publisher.update(|_| {}),
+    }
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let origin = match &args.manifests {
         Some(dir) => {
@@ -155,12 +149,21 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
             let client = ::kube::Client::try_default()
                 .await
                 .context("no --manifests given and no usable kubeconfig or in-cluster config")?;
-            tokio::spawn(kube::run(client, index.clone(), args.rediscover));
+            let settings = kube::Settings {
+                rediscover: args.rediscover,
+                ..kube::Settings::default()
+            };
+            tokio::spawn(kube::run(
+                client,
+                index.clone(),
+                settings,
+                Some(publisher.clone()),
+            ));
             "the Kubernetes cluster of the current kubeconfig".to_owned()
         }
     };
     if let Some(r) = reloader {
-        tokio::spawn(definitions::run(r, index.clone(), report.clone()));
+        tokio::spawn(definitions::run(r, publisher.clone()));
     }
     let tokens = match &args.auth_tokens {
         Some(path) => {

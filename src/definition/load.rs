@@ -29,28 +29,41 @@ pub fn parse_text(text: &str, source: &str) -> (Vec<Parsed>, Vec<DefinitionError
         } else {
             format!("(document {})", index + 1)
         };
-        match serde_path_to_error::deserialize::<_, Karta>(&doc) {
-            Ok(karta) => parsed.push(Parsed {
-                source: source.to_owned(),
-                karta,
-            }),
-            Err(e) => {
-                let path = e.path().to_string();
-                let path = if path == "." {
-                    label
-                } else {
-                    format!("{label}{path}")
-                };
-                errors.push(DefinitionError::new(
-                    source,
-                    &path,
-                    None,
-                    e.into_inner().to_string(),
-                ));
-            }
+        match parse_document(&doc, source, &label) {
+            Ok(p) => parsed.push(p),
+            Err(e) => errors.push(e),
         }
     }
     (parsed, errors)
+}
+
+/// Parses one already-decoded document (e.g. a Karta object from the API server);
+/// `label` prefixes the field path of an error (empty for a single document).
+pub fn parse_document(
+    doc: &serde_json::Value,
+    source: &str,
+    label: &str,
+) -> Result<Parsed, DefinitionError> {
+    match serde_path_to_error::deserialize::<_, Karta>(doc) {
+        Ok(karta) => Ok(Parsed {
+            source: source.to_owned(),
+            karta,
+        }),
+        Err(e) => {
+            let path = e.path().to_string();
+            let path = if path == "." {
+                label.to_owned()
+            } else {
+                format!("{label}{path}")
+            };
+            Err(DefinitionError::new(
+                source,
+                &path,
+                None,
+                e.into_inner().to_string(),
+            ))
+        }
+    }
 }
 
 /// Parses one file.

@@ -1,20 +1,200 @@
-//! Hot reload of `--definitions DIR`: each file is validated and compiled off the request
-//! path; a file that fails keeps its last good definitions; the new catalog is published
-//! whole (arc-swap) with a higher generation, and affected workloads are re-resolved.
+//! Definition sources and their layering: the embedded catalog, `--definitions DIR` (hot
+//! reloaded) and Karta objects of the cluster (fed by the Kubernetes source).
+//!
+//! [`Layers`] holds the last good definitions of every source; [`Publisher`] is its single
+//! owner at run time: every source update goes through [`Publisher::update`], which rebuilds
+//! the catalog from all layers (cluster > directory > embedded, per root group/version/kind),
+//! publishes it whole (arc-swap) with a higher generation and sets the [`LoadReport`], so a
+//! directory reload never drops cluster definitions and vice versa. Each file or Karta object
+//! is validated and compiled off the request path; one that fails keeps its last good
+//! definitions and its errors are reported.
 
 use crate::definition::catalog::{self, Catalog, load_embedded};
-use crate::definition::{Definition, DefinitionError, LoadReport, load};
+use crate::definition::{Definition, DefinitionError, GroupVersionKind, LoadReport, load};
 use crate::index::Index;
-use std::collections::BTreeMap;
+use serde_json::Value as Json;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-/// Last good definitions per file, and the catalog generation.
+/// One Karta object of the cluster: its last good definitions and current errors.
+struct ClusterKarta {
+    origin: String,
+    good: Vec<Arc<Definition>>,
+    errors: Vec<DefinitionError>,
+}
+
+/// The last good definitions of every source.
+pub struct Layers {
+    embedded: Vec<Arc<Definition>>,
+    embedded_errors: Vec<DefinitionError>,
+    directory: Vec<Arc<Definition>>,
+    directory_errors: Vec<DefinitionError>,
+    /// Karta objects by key (uid, else name).
+    cluster: BTreeMap<String, ClusterKarta>,
+    generation: u64,
+}
+
+impl Default for Layers {
+    fn default() -> Self {
+        Layers::new()
+    }
+}
+
+impl Layers {
+    /// The embedded catalog alone; generation 1 is the first [`Layers::build`].
+    pub fn new() -> Layers {
+        let (embedded, embedded_errors) = load_embedded();
+        Layers {
+            embedded,
+            embedded_errors,
+            directory: Vec::new(),
+            directory_errors: Vec::new(),
+            cluster: BTreeMap::new(),
+            generation: 0,
+        }
+    }
+
+    /// Replaces the directory layer (its last good definitions and current errors).
+    pub fn set_directory(&mut self, defs: Vec<Arc<Definition>>, errors: Vec<DefinitionError>) {
+        self.directory = defs;
+        self.directory_errors = errors;
+    }
+
+    /// Adds or replaces the Karta object `key` (`origin` labels its definitions and errors,
+    /// e.g. `cluster:my-karta`). An invalid object keeps its last good definitions.
+    pub fn apply_cluster(&mut self, key: &str, origin: &str, object: &Json) {
+        let (parsed, mut errors) = match load::parse_document(object, origin, "") {
+            Ok(p) => (vec![p], Vec::new()),
+            Err(e) => (Vec::new(), vec![e]),
+        };
+        let (defs, compile_errors) = catalog::compile_all(parsed, origin);
+        errors.extend(compile_errors);
+        for e in &errors {
+            tracing::warn!(error = %e, "cluster definition rejected; the last good version stays active");
+        }
+        let entry = self
+            .cluster
+            .entry(key.to_owned())
+            .or_insert_with(|| ClusterKarta {
+                origin: origin.to_owned(),
+                good: Vec::new(),
+                errors: Vec::new(),
+            });
+        entry.origin = origin.to_owned();
+        if errors.is_empty() {
+            entry.good = defs;
+        }
+        entry.errors = errors;
+    }
+
+    /// Removes the Karta object `key` and its definitions.
+    pub fn delete_cluster(&mut self, key: &str) {
+        self.cluster.remove(key);
+    }
+
+    /// Replaces the whole cluster layer with `objects` (`(key, origin, object)`, a full
+    /// list): objects not in it are removed; ones already known keep their last good
+    /// definitions if the new version fails.
+    pub fn reset_cluster(&mut self, objects: &[(String, String, Json)]) {
+        let keep: std::collections::HashSet<&str> =
+            objects.iter().map(|(k, _, _)| k.as_str()).collect();
+        self.cluster.retain(|k, _| keep.contains(k.as_str()));
+        for (key, origin, object) in objects {
+            self.apply_cluster(key, origin, object);
+        }
+    }
+
+    /// The next catalog (higher generation) and every current error. Two Karta objects with
+    /// the same root kind: the first by origin wins, the other is reported.
+    pub fn build(&mut self) -> (Catalog, Vec<DefinitionError>) {
+        self.generation += 1;
+        let mut errors: Vec<DefinitionError> = self
+            .embedded_errors
+            .iter()
+            .chain(&self.directory_errors)
+            .cloned()
+            .collect();
+        let mut entries: Vec<&ClusterKarta> = self.cluster.values().collect();
+        entries.sort_by(|a, b| a.origin.cmp(&b.origin));
+        let mut cluster: Vec<Arc<Definition>> = Vec::new();
+        let mut owner: HashMap<GroupVersionKind, &str> = HashMap::new();
+        for entry in entries {
+            errors.extend(entry.errors.iter().cloned());
+            for def in &entry.good {
+                match owner.get(&def.root_kind) {
+                    Some(first) => errors.push(DefinitionError::new(
+                        &entry.origin,
+                        "spec.structureDefinition.rootComponent.kind",
+                        None,
+                        format!("{} is already defined by {first}", def.root_kind),
+                    )),
+                    None => {
+                        owner.insert(def.root_kind.clone(), &entry.origin);
+                        cluster.push(def.clone());
+                    }
+                }
+            }
+        }
+        let catalog = Catalog::from_layers(
+            self.generation,
+            [self.embedded.clone(), self.directory.clone(), cluster],
+        );
+        (catalog, errors)
+    }
+}
+
+/// The single owner of [`Layers`] at run time: applies an update, rebuilds and publishes
+/// the catalog to the index and the errors to the report, and tells watchers of
+/// [`Publisher::subscribe`] the new generation.
+pub struct Publisher {
+    layers: Mutex<Layers>,
+    index: Arc<Index>,
+    report: Arc<LoadReport>,
+    generation: tokio::sync::watch::Sender<u64>,
+}
+
+impl Publisher {
+    /// A publisher over `layers`; nothing is published until the first update.
+    pub fn new(layers: Layers, index: Arc<Index>, report: Arc<LoadReport>) -> Arc<Publisher> {
+        let (generation, _) = tokio::sync::watch::channel(0);
+        Arc::new(Publisher {
+            layers: Mutex::new(layers),
+            index,
+            report,
+            generation,
+        })
+    }
+
+    /// Applies `change` to the layers, then rebuilds and publishes (under one lock, so
+    /// concurrent sources publish in order and none overwrites another's layer).
+    pub fn update(&self, change: impl FnOnce(&mut Layers)) {
+        let mut layers = self.layers.lock().unwrap_or_else(|e| e.into_inner());
+        change(&mut layers);
+        let (catalog, errors) = layers.build();
+        let generation = catalog.generation();
+        tracing::info!(
+            generation,
+            definitions = catalog.len(),
+            errors = errors.len(),
+            "definitions published"
+        );
+        self.report.set(errors);
+        self.index.set_catalog(catalog);
+        self.generation.send_replace(generation);
+    }
+
+    /// Sees the generation of every published catalog.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+}
+
+/// Last good definitions per file of `--definitions DIR`.
 pub struct Reloader {
     dir: PathBuf,
     origin: String,
     good: BTreeMap<PathBuf, Vec<Arc<Definition>>>,
-    generation: u64,
     /// Hash of the files the last reload read.
     hash: u64,
 }
@@ -26,15 +206,14 @@ impl Reloader {
             dir: dir.to_path_buf(),
             origin: format!("directory:{}", dir.display()),
             good: BTreeMap::new(),
-            generation: 0,
             hash: 0,
         }
     }
 
-    /// Re-reads the directory and builds the next catalog (embedded + directory) and the
-    /// errors to report. Files that fail keep their previous good definitions.
-    pub fn reload(&mut self) -> (Catalog, Vec<DefinitionError>) {
-        let (embedded, mut errors) = load_embedded();
+    /// Re-reads the directory: the directory layer and its errors. Files that fail keep
+    /// their previous good definitions.
+    pub fn reload(&mut self) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
+        let mut errors = Vec::new();
         let files = load::definition_files(&self.dir).unwrap_or_default();
         self.hash = super::hash_files(&files);
         let mut next: BTreeMap<PathBuf, Vec<Arc<Definition>>> = BTreeMap::new();
@@ -56,31 +235,20 @@ impl Reloader {
             }
         }
         self.good = next;
-        self.generation += 1;
         let layer: Vec<Arc<Definition>> = self.good.values().flatten().cloned().collect();
-        (
-            Catalog::from_layers(self.generation, [embedded, layer]),
-            errors,
-        )
+        (layer, errors)
     }
 
-    /// Reloads now and publishes to `index` and `report`.
-    pub fn publish(&mut self, index: &Index, report: &LoadReport) {
-        let (catalog, errors) = self.reload();
-        tracing::info!(
-            generation = catalog.generation(),
-            definitions = catalog.len(),
-            errors = errors.len(),
-            "definitions loaded"
-        );
-        report.set(errors);
-        index.set_catalog(catalog);
+    /// Reloads now and publishes the directory layer through `publisher`.
+    pub fn publish(&mut self, publisher: &Publisher) {
+        let (defs, errors) = self.reload();
+        publisher.update(|layers| layers.set_directory(defs, errors));
     }
 }
 
 /// Watches the directory and republishes on every change (including one made between the
 /// initial load and the watch starting).
-pub async fn run(mut reloader: Reloader, index: Arc<Index>, report: Arc<LoadReport>) {
+pub async fn run(mut reloader: Reloader, publisher: Arc<Publisher>) {
     let dir = reloader.dir.clone();
     let (_watcher, mut ticks) = match super::watch_dir(&dir) {
         Ok(w) => w,
@@ -92,7 +260,7 @@ pub async fn run(mut reloader: Reloader, index: Arc<Index>, report: Arc<LoadRepo
     loop {
         let hash = super::hash_files(&load::definition_files(&dir).unwrap_or_default());
         if hash != reloader.hash {
-            reloader.publish(&index, &report);
+            reloader.publish(&publisher);
         }
         if ticks.recv().await.is_none() {
             return;

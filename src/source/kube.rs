@@ -1,20 +1,34 @@
-//! The Kubernetes source: kube-rs watchers for every catalog root kind the cluster serves,
-//! every child/intermediate kind and pods, feeding the index.
+//! The Kubernetes source: kube-rs watchers feeding the index, and Karta objects feeding the
+//! definition layers.
+//!
+//! What is watched, per group+kind (see [`wanted_kinds`] and [`Mode`]):
+//! - root kinds of the catalog and core v1 Pod: full objects (sanitized, see [`sanitize`]);
+//! - kinds that are only child/intermediate kinds: metadata only (`PartialObjectMetadata`
+//!   list/watch), enough for owner chains and labels;
+//! - `run.ai/v1alpha1` Karta objects (cluster-scoped): each is validated and compiled into
+//!   the cluster layer of the catalog through the [`Publisher`].
 //!
 //! Kinds are resolved with per-group discovery (`pinned_kind`); kinds not served are retried
-//! every `rediscover`, so a CRD installed later (or a kind added by a definition reload) is
-//! picked up. Each served kind gets one watcher task with its own index source name
+//! every `rediscover` and whenever a new catalog is published, so a CRD installed later or a
+//! root kind added by a definition is picked up (and a kind that becomes a root switches to a
+//! full watch). Each served kind gets one watcher task with its own index source name
 //! (`kubernetes:{group}/{version}/{kind}`), so a relist of one kind only replaces that kind's
-//! objects. [`SOURCE`] is marked synced once every kind served at startup delivered its first
-//! full list. Secret-bearing fields are stripped before caching (see [`sanitize`]).
+//! objects.
+//!
+//! Errors back off per kind ([`Backoff`]: exponential with jitter, reset by any successful
+//! event, at least the server's `retryAfterSeconds`). Readiness ([`SOURCE`]) waits until every
+//! kind served at startup delivered its first full list; a kind whose list keeps failing keeps
+//! readiness false, except when it is forbidden (403): after `startup_attempts` forbidden
+//! attempts readiness stops waiting for it, and it keeps retrying with backoff.
 
 use crate::definition::catalog::version_priority;
-use crate::definition::{Catalog, GroupVersionKind};
+use crate::definition::{Catalog, GroupVersionKind, model};
 use crate::index::Index;
+use crate::source::definitions::Publisher;
 use ::kube::api::{Api, ApiResource, DynamicObject};
-use ::kube::runtime::WatchStreamExt;
+use ::kube::core::{PartialObjectMeta, Status};
 use ::kube::runtime::watcher::{self, Event};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -24,12 +38,90 @@ use tokio::task::{AbortHandle, JoinSet};
 /// Name of the Kubernetes source in the index's readiness set.
 pub const SOURCE: &str = "kubernetes";
 
-/// How many times the startup discovery retries kinds whose discovery failed for a reason
-/// other than "not served" before readiness stops waiting for them.
-const STARTUP_ATTEMPTS: usize = 3;
-
 /// `(group, kind)`: a watched kind regardless of version.
 type GroupKind = (String, String);
+
+/// Retry delays after watch/list errors: `initial × factor^n`, capped at `max`, each shortened
+/// by up to `jitter` (a fraction) at random.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    /// First delay.
+    pub initial: Duration,
+    /// Growth per consecutive error.
+    pub factor: f64,
+    /// Largest delay.
+    pub max: Duration,
+    /// Random reduction of each delay, 0.0–1.0.
+    pub jitter: f64,
+}
+
+impl Default for Backoff {
+    /// 800 ms, ×2, at most 30 s, up to 20 % jitter.
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(800),
+            factor: 2.0,
+            max: Duration::from_secs(30),
+            jitter: 0.2,
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after the `attempt`-th consecutive error (0-based).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let exp = i32::try_from(attempt).unwrap_or(i32::MAX);
+        let secs = self.initial.as_secs_f64() * self.factor.max(1.0).powi(exp);
+        let capped = secs.min(self.max.as_secs_f64()).max(0.0);
+        let jitter = self.jitter.clamp(0.0, 1.0) * random_fraction();
+        Duration::from_secs_f64(capped * (1.0 - jitter))
+    }
+}
+
+/// A random number in [0, 1) (std's randomly keyed hasher; no RNG dependency needed).
+fn random_fraction() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::UNIX_EPOCH
+            .elapsed()
+            .map_or(0, |d| d.as_nanos()),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Settings of the Kubernetes source.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How often kinds not served (or whose discovery failed) are looked up again.
+    pub rediscover: Duration,
+    /// Retry delays after list/watch errors.
+    pub backoff: Backoff,
+    /// Discovery passes, and forbidden list attempts per kind, before readiness stops
+    /// waiting for what still fails.
+    pub startup_attempts: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            rediscover: Duration::from_secs(30),
+            backoff: Backoff::default(),
+            startup_attempts: 3,
+        }
+    }
+}
+
+/// How a kind is watched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Full objects into the index (root kinds and pods).
+    Full,
+    /// Metadata only into the index (kinds that are only children/intermediates).
+    Metadata,
+    /// Karta objects into the cluster definition layer.
+    Definitions,
+}
 
 /// The kinds to watch: catalog root kinds, child kinds and core v1 Pod, by group+kind, each
 /// with its candidate versions, highest priority first.
@@ -41,7 +133,7 @@ pub fn wanted_kinds(catalog: &Catalog) -> BTreeMap<GroupKind, Vec<GroupVersionKi
         .flat_map(|d| std::iter::once(&d.root_kind).chain(d.child_kinds()))
         .chain(std::iter::once(&pod));
     for gvk in kinds {
-        if gvk.kind.is_empty() || gvk.version.is_empty() {
+        if gvk.kind.is_empty() || gvk.version.is_empty() || never_watched(gvk) {
             continue;
         }
         let versions = all
@@ -57,13 +149,32 @@ pub fn wanted_kinds(catalog: &Catalog) -> BTreeMap<GroupKind, Vec<GroupVersionKi
     all
 }
 
+/// Kinds that carry secrets: never watched, whatever a definition names.
+fn never_watched(gvk: &GroupVersionKind) -> bool {
+    gvk.group.is_empty() && matches!(gvk.kind.as_str(), "Secret" | "ConfigMap")
+}
+
+/// How a wanted kind is watched: full for root kinds and pods, metadata only otherwise.
+pub fn mode_of(catalog: &Catalog, group: &str, kind: &str) -> Mode {
+    if catalog.covers(group, kind) || (group.is_empty() && kind == "Pod") {
+        Mode::Full
+    } else {
+        Mode::Metadata
+    }
+}
+
+/// The Karta kind, watched for definitions.
+fn karta_kind() -> GroupVersionKind {
+    GroupVersionKind::from_api_version(model::API_VERSION, model::KIND)
+}
+
 /// Index source name of one watched kind.
 fn source_name(ar: &ApiResource) -> String {
     format!("{SOURCE}:{}/{}/{}", ar.group, ar.version, ar.kind)
 }
 
-/// Readiness of [`SOURCE`]: which kinds delivered their first list, and (once the startup
-/// discovery is done) which startup kinds are still outstanding.
+/// Readiness of [`SOURCE`]: which kinds delivered their first list (or were released), and
+/// (once the startup discovery is done) which startup kinds are still outstanding.
 struct Gate {
     index: Arc<Index>,
     state: Mutex<GateState>,
@@ -91,7 +202,7 @@ impl Gate {
         st.pending = Some(pending);
     }
 
-    /// A kind's first full list arrived.
+    /// A kind's first full list arrived, or readiness stops waiting for it.
     fn done(&self, kind: &str) {
         let mut st = self.lock();
         st.finished.insert(kind.to_owned());
@@ -128,108 +239,339 @@ async fn discover(client: &::kube::Client, versions: &[GroupVersionKind]) -> Dis
     }
 }
 
-/// Watches every wanted kind the cluster serves and feeds `index`; marks [`SOURCE`] synced
+/// What every watcher task shares.
+struct Ctx {
+    client: ::kube::Client,
+    index: Arc<Index>,
+    gate: Gate,
+    publisher: Option<Arc<Publisher>>,
+    settings: Settings,
+}
+
+/// Event hooks: one place per informer event, error and restart (metrics go here).
+impl Ctx {
+    /// An event of a watched kind: `event` is `list` (a full list or relist replaced the
+    /// kind's objects), `apply` or `delete`.
+    fn on_event(&self, source: &str, event: &'static str) {
+        tracing::trace!(source = %source, event, "kubernetes: event");
+    }
+
+    /// A watcher (re)started listing a kind: `relist` is false for the first list of a
+    /// watcher task, true for a relist (410 Gone, watch error) or a restarted task.
+    fn on_restart(&self, source: &str, relist: bool) {
+        if relist {
+            tracing::info!(source = %source, "kubernetes: relisting");
+        }
+    }
+
+    /// A list or watch request of a kind failed; `delay` is the backoff before the retry.
+    fn on_error(&self, source: &str, error: &watcher::Error, delay: Duration) {
+        tracing::warn!(source = %source, retry_in = ?delay, "kubernetes: watch error (retrying): {error}");
+    }
+}
+
+/// Watches every wanted kind the cluster serves and feeds `index` (and, with a
+/// `publisher`, Karta objects into the cluster definition layer); marks [`SOURCE`] synced
 /// when every initial list is in. Runs until dropped (dropping it stops every watcher).
-pub async fn run(client: ::kube::Client, index: Arc<Index>, rediscover: Duration) {
-    let gate = Arc::new(Gate {
-        index: index.clone(),
-        state: Mutex::default(),
+pub async fn run(
+    client: ::kube::Client,
+    index: Arc<Index>,
+    settings: Settings,
+    publisher: Option<Arc<Publisher>>,
+) {
+    let mut catalog_changes = publisher.as_ref().map(|p| p.subscribe());
+    let ctx = Arc::new(Ctx {
+        client,
+        gate: Gate {
+            index: index.clone(),
+            state: Mutex::default(),
+        },
+        index,
+        publisher,
+        settings,
     });
     let mut tasks: JoinSet<()> = JoinSet::new();
-    let mut running: HashMap<GroupKind, AbortHandle> = HashMap::new();
+    // Per group+kind: the watcher task, its mode and its index source name.
+    let mut running: HashMap<GroupKind, (AbortHandle, Mode, String)> = HashMap::new();
     let mut startup: Option<HashSet<String>> = Some(HashSet::new());
-    let mut attempt = 0usize;
+    let mut attempt = 0u32;
     loop {
         while tasks.try_join_next().is_some() {}
-        running.retain(|gk, h| {
+        running.retain(|_, (h, _, name)| {
             if h.is_finished() {
-                tracing::warn!(group = %gk.0, kind = %gk.1, "kubernetes: watcher ended; restarting");
+                tracing::warn!(source = %name, "kubernetes: watcher ended; restarting");
+                ctx.on_restart(name, true);
             }
             !h.is_finished()
         });
+        let catalog = ctx.index.catalog();
+        let mut wanted: Vec<(GroupKind, Vec<GroupVersionKind>, Mode)> = wanted_kinds(&catalog)
+            .into_iter()
+            .map(|(gk, versions)| {
+                let mode = mode_of(&catalog, &gk.0, &gk.1);
+                (gk, versions, mode)
+            })
+            .collect();
+        if ctx.publisher.is_some() {
+            let karta = karta_kind();
+            wanted.push((
+                (karta.group.clone(), karta.kind.clone()),
+                vec![karta],
+                Mode::Definitions,
+            ));
+        }
         let mut failed = 0usize;
-        for (gk, versions) in wanted_kinds(&index.catalog()) {
-            if running.contains_key(&gk) {
-                continue;
+        for (gk, versions, mode) in wanted {
+            match running.get(&gk) {
+                Some((_, m, _)) if *m == mode => continue,
+                Some((handle, m, _)) => {
+                    tracing::info!(group = %gk.0, kind = %gk.1, from = ?m, to = ?mode, "kubernetes: switching watch mode");
+                    handle.abort();
+                }
+                None => {}
             }
-            match discover(&client, &versions).await {
+            match discover(&ctx.client, &versions).await {
                 Discovered::Served(ar) => {
                     let name = source_name(&ar);
-                    tracing::info!(source = %name, plural = %ar.plural, "kubernetes: watching");
+                    tracing::info!(source = %name, plural = %ar.plural, mode = ?mode, "kubernetes: watching");
                     if let Some(s) = startup.as_mut() {
                         s.insert(name.clone());
                     }
-                    let handle =
-                        tasks.spawn(watch_kind(client.clone(), ar, index.clone(), gate.clone()));
-                    running.insert(gk, handle);
+                    let handle = tasks.spawn(watch_kind(ctx.clone(), ar, mode));
+
+                    running.insert(gk, (handle, mode, name));
                 }
                 Discovered::NotServed => {
+                    running.remove(&gk);
                     tracing::debug!(group = %gk.0, kind = %gk.1, "kubernetes: kind not served");
                 }
                 Discovered::Failed(e) => {
+                    running.remove(&gk);
                     failed += 1;
                     tracing::warn!("kubernetes: discovery failed: {e}");
                 }
             }
         }
         attempt += 1;
-        if startup.is_some() && (failed == 0 || attempt >= STARTUP_ATTEMPTS) {
-            gate.arm(startup.take().unwrap_or_default());
+        if startup.is_some() && (failed == 0 || attempt >= ctx.settings.startup_attempts) {
+            ctx.gate.arm(startup.take().unwrap_or_default());
         }
-        tokio::time::sleep(rediscover).await;
+        let sleep = tokio::time::sleep(ctx.settings.rediscover);
+        match catalog_changes.as_mut() {
+            Some(rx) => tokio::select! {
+                () = sleep => {}
+                changed = rx.changed() => if changed.is_err() { catalog_changes = None },
+            },
+            None => sleep.await,
+        }
     }
 }
 
-/// One kind's watcher: buffers the initial list and replaces the kind's objects at once;
-/// applies and deletes events as they come. Errors are logged and retried with backoff.
-async fn watch_kind(client: ::kube::Client, ar: ApiResource, index: Arc<Index>, gate: Arc<Gate>) {
-    let source = source_name(&ar);
-    let api = Api::<DynamicObject>::all_with(client, &ar);
-    let mut stream =
-        std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+/// One kind's watcher task in its mode.
+async fn watch_kind(ctx: Arc<Ctx>, ar: ApiResource, mode: Mode) {
+    let config = watcher::Config::default();
+    match mode {
+        Mode::Metadata => {
+            let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(ctx.client.clone(), &ar);
+            drive(&ctx, &ar, mode, watcher::watcher(api, config)).await;
+        }
+        Mode::Full | Mode::Definitions => {
+            let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &ar);
+            drive(&ctx, &ar, mode, watcher::watcher(api, config)).await;
+        }
+    }
+}
+
+/// Consumes a watcher stream: buffers each (re)list and replaces the kind's objects at once,
+/// applies and deletes events as they come, and backs off after errors.
+async fn drive<K: serde::Serialize>(
+    ctx: &Ctx,
+    ar: &ApiResource,
+    mode: Mode,
+    stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
+) {
+    let source = source_name(ar);
+    let mut stream = std::pin::pin!(stream);
     let mut buffer: Vec<Json> = Vec::new();
-    let mut first = true;
+    let mut listed = false;
+    let mut inits = 0u32;
+    let mut errors = 0u32;
+    let mut forbidden = 0u32;
     while let Some(item) = stream.next().await {
-        match item {
-            Err(e) => tracing::warn!(source = %source, "kubernetes: watch error (retrying): {e}"),
-            Ok(Event::Init) => buffer.clear(),
-            Ok(Event::InitApply(obj)) => {
-                if let Some(json) = to_json(&obj, &ar) {
-                    buffer.push(json);
+        let event = match item {
+            Err(e) => {
+                let delay = ctx
+                    .settings
+                    .backoff
+                    .delay(errors)
+                    .max(retry_after(&e).unwrap_or_default());
+                errors = errors.saturating_add(1);
+                ctx.on_error(&source, &e, delay);
+                if let Some(verb) = forbidden_verb(&e) {
+                    forbidden += 1;
+                    tracing::error!(source = %source, "{}", forbidden_message(ar, verb));
+                    if !listed && forbidden == ctx.settings.startup_attempts {
+                        tracing::warn!(source = %source, "kubernetes: readiness no longer waits for this kind; still retrying");
+                        ctx.gate.done(&source);
+                    }
                 }
+                tokio::time::sleep(delay).await;
+                continue;
             }
-            Ok(Event::InitDone) => {
+            Ok(event) => event,
+        };
+        if !matches!(event, Event::Init) {
+            errors = 0;
+            forbidden = 0;
+        }
+        match event {
+            Event::Init => {
+                ctx.on_restart(&source, inits > 0);
+                inits += 1;
+                buffer.clear();
+            }
+            Event::InitApply(obj) => buffer.extend(to_json(&obj, ar)),
+            Event::InitDone => {
                 let docs = std::mem::take(&mut buffer);
-                let skipped = index.reset(&source, &docs);
-                tracing::info!(
-                    source = %source,
-                    objects = docs.len(),
-                    skipped = skipped.len(),
-                    "kubernetes: list replaced"
-                );
-                for s in skipped {
-                    tracing::warn!(source = %source, "kubernetes: object skipped: {s}");
+                match mode {
+                    Mode::Definitions => replace_definitions(ctx, &docs),
+                    Mode::Full | Mode::Metadata => replace_objects(ctx, &source, &docs),
                 }
-                if first {
-                    first = false;
-                    gate.done(&source);
+                ctx.on_event(&source, "list");
+                if !listed {
+                    listed = true;
+                    ctx.gate.done(&source);
                 }
             }
-            Ok(Event::Apply(obj)) => {
-                if let Some(json) = to_json(&obj, &ar)
-                    && let Err(e) = index.apply(&json, &source)
-                {
-                    tracing::warn!(source = %source, "kubernetes: object skipped: {e}");
+            Event::Apply(obj) => {
+                let Some(json) = to_json(&obj, ar) else {
+                    continue;
+                };
+                ctx.on_event(&source, "apply");
+                match (mode, ctx.publisher.as_ref()) {
+                    (Mode::Definitions, Some(p)) => {
+                        let (key, origin) = karta_identity(&json);
+                        p.update(|l| l.apply_cluster(&key, &origin, &json));
+                    }
+                    (Mode::Definitions, None) => {}
+                    _ => {
+                        if let Err(e) = ctx.index.apply(&json, &source) {
+                            tracing::warn!(source = %source, "kubernetes: object skipped: {e}");
+                        }
+                    }
                 }
             }
-            Ok(Event::Delete(obj)) => {
-                if let Some(json) = to_json(&obj, &ar) {
-                    index.delete(&identity(&json));
+            Event::Delete(obj) => {
+                let Some(json) = to_json(&obj, ar) else {
+                    continue;
+                };
+                ctx.on_event(&source, "delete");
+                match (mode, ctx.publisher.as_ref()) {
+                    (Mode::Definitions, Some(p)) => {
+                        let (key, _) = karta_identity(&json);
+                        p.update(|l| l.delete_cluster(&key));
+                    }
+                    (Mode::Definitions, None) => {}
+                    _ => ctx.index.delete(&identity(&json)),
                 }
             }
         }
     }
     tracing::warn!(source = %source, "kubernetes: watch stream ended");
+}
+
+/// A full (re)list of a kind replaces its objects in the index.
+fn replace_objects(ctx: &Ctx, source: &str, docs: &[Json]) {
+    let skipped = ctx.index.reset(source, docs);
+    tracing::info!(
+        source = %source,
+        objects = docs.len(),
+        skipped = skipped.len(),
+        "kubernetes: list replaced"
+    );
+    for s in skipped {
+        tracing::warn!(source = %source, "kubernetes: object skipped: {s}");
+    }
+}
+
+/// A full (re)list of Karta objects replaces the cluster definition layer.
+fn replace_definitions(ctx: &Ctx, docs: &[Json]) {
+    let Some(publisher) = ctx.publisher.as_ref() else {
+        return;
+    };
+    let objects: Vec<(String, String, Json)> = docs
+        .iter()
+        .map(|d| {
+            let (key, origin) = karta_identity(d);
+            (key, origin, d.clone())
+        })
+        .collect();
+    publisher.update(|l| l.reset_cluster(&objects));
+}
+
+/// A Karta object's key in the cluster layer (uid, else name) and its origin label
+/// (`cluster:{name}`, or `cluster:{namespace}/{name}` for a namespaced object).
+fn karta_identity(json: &Json) -> (String, String) {
+    let s = |p: &str| json.pointer(p).and_then(Json::as_str).unwrap_or_default();
+    let (ns, name) = (s("/metadata/namespace"), s("/metadata/name"));
+    let origin = if ns.is_empty() {
+        format!("cluster:{name}")
+    } else {
+        format!("cluster:{ns}/{name}")
+    };
+    let uid = s("/metadata/uid");
+    let key = if uid.is_empty() {
+        origin.clone()
+    } else {
+        uid.to_owned()
+    };
+    (key, origin)
+}
+
+/// The API status of a failed request, if the server sent one.
+fn error_status(e: &watcher::Error) -> Option<&Status> {
+    match e {
+        watcher::Error::InitialListFailed(c)
+        | watcher::Error::WatchStartFailed(c)
+        | watcher::Error::WatchFailed(c) => match c {
+            ::kube::Error::Api(status) => Some(status),
+            _ => None,
+        },
+        watcher::Error::WatchError(status) => Some(status),
+        watcher::Error::NoResourceVersion => None,
+    }
+}
+
+/// The server's `retryAfterSeconds` (429 Too Many Requests and similar).
+fn retry_after(e: &watcher::Error) -> Option<Duration> {
+    let secs = error_status(e)?.details.as_ref()?.retry_after_seconds;
+    (secs > 0).then(|| Duration::from_secs(u64::from(secs)))
+}
+
+/// The RBAC verb a 403 Forbidden was about: `list` for the initial list, `watch` otherwise.
+fn forbidden_verb(e: &watcher::Error) -> Option<&'static str> {
+    if !error_status(e)?.is_forbidden() {
+        return None;
+    }
+    Some(match e {
+        watcher::Error::InitialListFailed(_) => "list",
+        _ => "watch",
+    })
+}
+
+/// What to do about a forbidden kind, naming the kind, resource and missing verb.
+pub fn forbidden_message(ar: &ApiResource, verb: &str) -> String {
+    let group = if ar.group.is_empty() {
+        "\"\" (core)".to_owned()
+    } else {
+        format!("\"{}\"", ar.group)
+    };
+    format!(
+        "kubernetes: forbidden to {verb} {} ({}): grant kartograf's service account the `{verb}` \
+         verb (kartograf needs get, list and watch) on resource \"{}\" in API group {group} with a \
+         ClusterRole and ClusterRoleBinding",
+        ar.kind, ar.api_version, ar.plural
+    )
 }
 
 /// The index identity of an object: its uid, or the stand-in the index derives without one.
@@ -248,8 +590,10 @@ fn identity(json: &Json) -> String {
     format!("{}:{}:{key}", s("/apiVersion"), s("/kind"))
 }
 
-/// Converts a watched object to JSON with `apiVersion`/`kind` set, sanitized.
-fn to_json(obj: &DynamicObject, ar: &ApiResource) -> Option<Json> {
+/// Converts a watched object (full or metadata-only) to JSON with the watched kind's
+/// `apiVersion`/`kind` (metadata-only objects arrive as `meta.k8s.io/v1`
+/// `PartialObjectMetadata`), sanitized.
+fn to_json<K: serde::Serialize>(obj: &K, ar: &ApiResource) -> Option<Json> {
     let mut json = match serde_json::to_value(obj) {
         Ok(j) => j,
         Err(e) => {
@@ -259,13 +603,7 @@ fn to_json(obj: &DynamicObject, ar: &ApiResource) -> Option<Json> {
     };
     let map = json.as_object_mut()?;
     for (key, value) in [("apiVersion", &ar.api_version), ("kind", &ar.kind)] {
-        if map
-            .get(key)
-            .and_then(Json::as_str)
-            .is_none_or(str::is_empty)
-        {
-            map.insert(key.to_owned(), Json::String(value.clone()));
-        }
+        map.insert(key.to_owned(), Json::String(value.clone()));
     }
     sanitize(&mut json);
     Some(json)
@@ -328,5 +666,34 @@ fn strip_template_env(value: &mut Json, depth: usize) {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_grows_caps_and_jitters_downwards() {
+        let exact = Backoff {
+            jitter: 0.0,
+            ..Backoff::default()
+        };
+        let delays: Vec<Duration> = (0..8).map(|n| exact.delay(n)).collect();
+        assert_eq!(delays[0], Duration::from_millis(800));
+        assert_eq!(delays[1], Duration::from_millis(1600));
+        assert_eq!(delays[5], Duration::from_millis(25_600));
+        assert_eq!(delays[6], Duration::from_secs(30), "capped");
+        assert_eq!(exact.delay(u32::MAX), Duration::from_secs(30));
+        let jittered = Backoff::default();
+        let samples: Vec<Duration> = (0..50).map(|_| jittered.delay(2)).collect();
+        assert!(
+            samples
+                .iter()
+                .all(|d| *d <= Duration::from_millis(3200) && *d >= Duration::from_millis(2560)),
+            "{samples:?}"
+        );
+        assert!(samples.iter().any(|d| *d != samples[0]), "jitter varies");
     }
 }

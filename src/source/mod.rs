@@ -1,7 +1,9 @@
-//! Feeders of the index: a manifest directory (the cluster as files) and a definitions
-//! directory (hot-reloaded). Both watch their directory with `notify`, debounce, re-read
-//! everything and compare a hash (ConfigMap-style `..data` symlink swaps name no file), and
-//! re-read periodically as a fallback.
+//! Feeders of the index: a manifest directory (the cluster as files), the Kubernetes API
+//! ([`kube`]: objects, and Karta objects as cluster definitions) and a definitions directory
+//! (hot-reloaded; [`definitions`] also owns the layering of all definition sources). The
+//! directory sources watch their directory with `notify`, debounce, re-read everything and
+//! compare a hash (ConfigMap-style `..data` symlink swaps name no file), and re-read
+//! periodically as a fallback.
 
 pub mod definitions;
 pub mod kube;

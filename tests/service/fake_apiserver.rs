@@ -2,7 +2,11 @@
 //! (`GET /api/v1`, `GET /apis/{group}/{version}` → APIResourceList, 404 when not served),
 //! cluster-wide lists (JSON List with `metadata.resourceVersion`) and chunked watches
 //! (newline-delimited ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events, replayed from the
-//! requested resourceVersion). One route function, served in-process through
+//! requested resourceVersion), metadata-only list/watch for
+//! `Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` (items and event
+//! objects become `meta.k8s.io/v1` `PartialObjectMetadata`, as the real server answers), and
+//! scripted list failures (403, 429 with `Retry-After`, 500) with every request's time
+//! recorded. One route function, served in-process through
 //! `tower::service_fn` and over loopback HTTP through hyper 1.
 
 use bytes::Bytes;
@@ -15,6 +19,7 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -38,10 +43,31 @@ struct State {
     resources: BTreeMap<String, Resource>,
     /// (rv, path, type, object) of every event, for watch replay.
     log: Vec<(u64, String, &'static str, Value)>,
-    /// Open watch streams by path.
-    watchers: Vec<(String, mpsc::UnboundedSender<Bytes>)>,
-    /// Requests seen: (path, is_watch).
-    requests: Vec<(String, bool)>,
+    /// Open watch streams: path, metadata-only, sender.
+    watchers: Vec<(String, bool, mpsc::UnboundedSender<Bytes>)>,
+    /// Requests seen.
+    requests: Vec<Seen>,
+    /// Scripted failures of the next list requests per path: (status code, Retry-After
+    /// seconds, how many).
+    failures: HashMap<String, (u16, u32, usize)>,
+}
+
+/// One list or watch request the fake saw.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub path: String,
+    pub watch: bool,
+    /// Asked for metadata only (`as=PartialObjectMetadata`).
+    pub metadata: bool,
+    pub at: Instant,
+    /// The status code answered.
+    pub code: u16,
+}
+
+/// The metadata-only rendition of an object, as the real API server sends it.
+fn partial(obj: &Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+           "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({}))})
 }
 
 /// The fake server; clones share state.
@@ -58,7 +84,12 @@ fn collection_path(group_version: &str, plural: &str) -> String {
     }
 }
 
-fn line(kind: &str, object: &Value) -> Bytes {
+fn line(kind: &str, object: &Value, metadata: bool) -> Bytes {
+    let object = if metadata && kind != "ERROR" {
+        partial(object)
+    } else {
+        object.clone()
+    };
     let mut s = json!({"type": kind, "object": object}).to_string();
     s.push('\n');
     Bytes::from(s)
@@ -88,6 +119,29 @@ fn not_found() -> Response<Body> {
             "the server could not find the requested resource",
         ),
     )
+}
+
+/// A scripted failure: the API server's Status (with `details.retryAfterSeconds` and the
+/// `Retry-After` header for a non-zero `retry_after`, as the real server sends for 429).
+fn failure(code: u16, retry_after: u32) -> Response<Body> {
+    let reason = match code {
+        403 => "Forbidden",
+        429 => "TooManyRequests",
+        _ => "InternalError",
+    };
+    let mut body = status(code, reason, &format!("scripted {reason}"));
+    if retry_after > 0 {
+        body["details"] = json!({"retryAfterSeconds": retry_after});
+    }
+    let mut r = respond(
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &body,
+    );
+    if retry_after > 0 {
+        r.headers_mut()
+            .insert(hyper::header::RETRY_AFTER, retry_after.into());
+    }
+    r
 }
 
 impl FakeApiServer {
@@ -175,10 +229,37 @@ impl FakeApiServer {
     }
 
     fn emit(st: &mut State, path: &str, rv: u64, kind: &'static str, obj: Value) {
-        let bytes = line(kind, &obj);
+        let (full, meta) = (line(kind, &obj, false), line(kind, &obj, true));
         st.log.push((rv, path.to_owned(), kind, obj));
-        st.watchers
-            .retain(|(p, tx)| p != path || tx.send(bytes.clone()).is_ok());
+        st.watchers.retain(|(p, m, tx)| {
+            p != path
+                || tx
+                    .send(if *m { meta.clone() } else { full.clone() })
+                    .is_ok()
+        });
+    }
+
+    /// The next `count` list requests of `path` fail with `code` (with a `Retry-After` of
+    /// `retry_after` seconds when non-zero); `usize::MAX` fails them until [`Self::heal`].
+    pub fn fail_lists(&self, path: &str, code: u16, retry_after: u32, count: usize) {
+        self.lock()
+            .failures
+            .insert(path.to_owned(), (code, retry_after, count));
+    }
+
+    /// Stops scripted failures of `path`.
+    pub fn heal(&self, path: &str) {
+        self.lock().failures.remove(path);
+    }
+
+    /// Every list or watch request seen for `path`, in order.
+    pub fn seen(&self, path: &str) -> Vec<Seen> {
+        self.lock()
+            .requests
+            .iter()
+            .filter(|r| r.path == path)
+            .cloned()
+            .collect()
     }
 
     /// Sends a BOOKMARK at the current resourceVersion to every open watch.
@@ -190,10 +271,10 @@ impl FakeApiServer {
             .iter()
             .map(|(p, r)| (p.clone(), (r.group_version.clone(), r.kind.clone())))
             .collect();
-        st.watchers.retain(|(p, tx)| {
+        st.watchers.retain(|(p, m, tx)| {
             let (av, kind) = kinds.get(p).cloned().unwrap_or_default();
             let obj = json!({"apiVersion": av, "kind": kind, "metadata": {"resourceVersion": rv}});
-            tx.send(line("BOOKMARK", &obj)).is_ok()
+            tx.send(line("BOOKMARK", &obj, *m)).is_ok()
         });
     }
 
@@ -205,8 +286,12 @@ impl FakeApiServer {
         if let Some(r) = st.resources.get_mut(path) {
             r.expired_below = rv;
         }
-        let gone = line("ERROR", &status(410, "Expired", "too old resource version"));
-        st.watchers.retain(|(p, tx)| {
+        let gone = line(
+            "ERROR",
+            &status(410, "Expired", "too old resource version"),
+            false,
+        );
+        st.watchers.retain(|(p, _, tx)| {
             if p == path {
                 let _ = tx.send(gone.clone());
                 false
@@ -218,7 +303,7 @@ impl FakeApiServer {
 
     /// Ends every open watch stream of `path` (a dropped connection).
     pub fn drop_watches(&self, path: &str) {
-        self.lock().watchers.retain(|(p, _)| p != path);
+        self.lock().watchers.retain(|(p, _, _)| p != path);
     }
 
     /// Number of list / watch requests seen for `path`.
@@ -226,7 +311,7 @@ impl FakeApiServer {
         self.lock()
             .requests
             .iter()
-            .filter(|(p, w)| p == path && *w == watch)
+            .filter(|r| r.path == path && r.watch == watch)
             .count()
     }
 
@@ -235,12 +320,22 @@ impl FakeApiServer {
         self.lock()
             .watchers
             .iter()
-            .filter(|(p, tx)| p == path && !tx.is_closed())
+            .filter(|(p, _, tx)| p == path && !tx.is_closed())
             .count()
     }
 
     /// The route function shared by both transports.
-    pub fn route(&self, method: &hyper::Method, uri: &Uri) -> Response<Body> {
+    pub fn route(
+        &self,
+        method: &hyper::Method,
+        uri: &Uri,
+        headers: &hyper::HeaderMap,
+    ) -> Response<Body> {
+        let metadata = headers
+            .get_all(hyper::header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.contains("as=PartialObjectMetadata"));
         if method != hyper::Method::GET {
             return respond(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -268,7 +363,7 @@ impl FakeApiServer {
                 .filter(|r| r.served && r.group_version == gv)
                 .map(|r| {
                     json!({"name": r.plural, "singularName": r.kind.to_lowercase(),
-                           "namespaced": r.kind != "Node", "kind": r.kind,
+                           "namespaced": !matches!(r.kind.as_str(), "Node" | "Karta"), "kind": r.kind,
                            "verbs": ["get", "list", "watch"]})
                 })
                 .collect();
@@ -282,18 +377,39 @@ impl FakeApiServer {
             );
         }
         let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
-        st.requests.push((path.clone(), watch));
+        let mut seen = Seen {
+            path: path.clone(),
+            watch,
+            metadata,
+            at: Instant::now(),
+            code: 200,
+        };
+        if !watch
+            && let Some((code, retry_after, count)) = st.failures.get_mut(&path)
+            && *count > 0
+        {
+            *count = count.saturating_sub(usize::from(*count != usize::MAX));
+            let (code, retry_after) = (*code, *retry_after);
+            seen.code = code;
+            st.requests.push(seen);
+            return failure(code, retry_after);
+        }
+        st.requests.push(seen);
         let rv = st.rv;
         let Some(res) = st.resources.get(&path).filter(|r| r.served) else {
             return not_found();
         };
         if !watch {
-            let items: Vec<Value> = res.objects.values().cloned().collect();
-            return respond(
-                StatusCode::OK,
-                &json!({"apiVersion": res.group_version, "kind": format!("{}List", res.kind),
-                        "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
-            );
+            let list = if metadata {
+                let items: Vec<Value> = res.objects.values().map(partial).collect();
+                json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                       "metadata": {"resourceVersion": rv.to_string()}, "items": items})
+            } else {
+                let items: Vec<Value> = res.objects.values().cloned().collect();
+                json!({"apiVersion": res.group_version, "kind": format!("{}List", res.kind),
+                       "metadata": {"resourceVersion": rv.to_string()}, "items": items})
+            };
+            return respond(StatusCode::OK, &list);
         }
         let from: u64 = query
             .get("resourceVersion")
@@ -304,15 +420,16 @@ impl FakeApiServer {
             let _ = tx.send(line(
                 "ERROR",
                 &status(410, "Expired", "too old resource version"),
+                false,
             ));
             drop(tx);
         } else {
             for (at, p, kind, obj) in &st.log {
                 if *at > from && *p == path {
-                    let _ = tx.send(line(kind, obj));
+                    let _ = tx.send(line(kind, obj, metadata));
                 }
             }
-            st.watchers.push((path, tx));
+            st.watchers.push((path, metadata, tx));
         }
         let body = StreamBody::new(
             UnboundedReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b))),
@@ -329,7 +446,7 @@ impl FakeApiServer {
     pub fn client(&self) -> ::kube::Client {
         let fake = self.clone();
         let svc = tower::service_fn(move |req: hyper::Request<::kube::client::Body>| {
-            let resp = fake.route(req.method(), req.uri());
+            let resp = fake.route(req.method(), req.uri(), req.headers());
             async move { Ok::<_, Infallible>(resp) }
         });
         ::kube::Client::new(svc, "default")
@@ -351,7 +468,7 @@ impl FakeApiServer {
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(
                         move |req: hyper::Request<hyper::body::Incoming>| {
-                            let resp = fake.route(req.method(), req.uri());
+                            let resp = fake.route(req.method(), req.uri(), req.headers());
                             async move { Ok::<_, Infallible>(resp) }
                         },
                     );

@@ -82,11 +82,14 @@ async fn start(history: usize) -> Harness {
     );
     let defs = temp_dir("defs");
     let report = Arc::new(LoadReport::default());
+    let index =
+        Arc::new(Index::new(Catalog::default(), &[manifests::SOURCE]).with_history(history));
+    let layers = definitions::Layers::new();
+    let publisher = definitions::Publisher::new(layers, index.clone(), report.clone());
     let mut reloader = definitions::Reloader::new(&defs);
-    let (catalog, _) = reloader.reload();
-    let index = Arc::new(Index::new(catalog, &[manifests::SOURCE]).with_history(history));
+    reloader.publish(&publisher);
     tokio::spawn(manifests::run(index.clone(), dir.clone()));
-    tokio::spawn(definitions::run(reloader, index.clone(), report.clone()));
+    tokio::spawn(definitions::run(reloader, publisher));
     let (channel, tx) = serve_index(index.clone(), report).await;
     let client = WorkloadResolverClient::new(channel.clone());
     let h = Harness {
