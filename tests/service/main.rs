@@ -3,6 +3,7 @@
 
 mod fake_apiserver;
 mod kube;
+mod synth_cluster;
 
 use kartograf::definition::{Catalog, LoadReport};
 use kartograf::index::Index;
