@@ -460,6 +460,7 @@ fn eval(expr: &str, vars: &HashMap<String, String>) -> String {
 }
 
 #[cfg(test)]
+#[allow(unused_imports)] // bench binaries (harness = false) compile cfg(test) without tests
 mod tests {
     use super::*;
 
