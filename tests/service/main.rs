@@ -4,6 +4,7 @@
 mod fake_apiserver;
 mod hardening;
 mod kube;
+mod synth_cluster;
 
 use kartograf::definition::{Catalog, LoadReport};
 use kartograf::index::Index;

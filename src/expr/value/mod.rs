@@ -4,6 +4,12 @@
 //! Conversion happens once per object change. It sorts object keys (gojq iterates objects in
 //! sorted key order), turns integral floats into integers (gojq prints `2.0` as `2`) and
 //! enforces a size and depth budget so a hostile object cannot exhaust memory or stack.
+//!
+//! Converted arrays and objects are shared between objects when they are equal (see
+//! [`share`]): pods of one workload repeat most of their spec, so a cache of thousands of pods
+//! holds each distinct subtree once.
+
+mod share;
 
 use jaq_json::{Map, Num, Rc, Val};
 use serde_json::Value as Json;
@@ -48,7 +54,8 @@ pub enum ConvertError {
 /// Converts a JSON value to a jq value within `limits`.
 pub fn from_json(json: &Json, limits: Limits) -> Result<Val, ConvertError> {
     let mut budget = limits.max_bytes;
-    convert(json, 0, limits, &mut budget)
+    let mut shared = share::Interner::lock();
+    convert(json, 0, limits, &mut budget, &mut shared).map(|(v, _)| v)
 }
 
 fn spend(budget: &mut usize, amount: usize, limits: Limits) -> Result<(), ConvertError> {
@@ -58,12 +65,14 @@ fn spend(budget: &mut usize, amount: usize, limits: Limits) -> Result<(), Conver
     Ok(())
 }
 
+/// Converts `json`, returning the value and its structural hash (see [`share`]).
 fn convert(
     json: &Json,
     depth: usize,
     limits: Limits,
     budget: &mut usize,
-) -> Result<Val, ConvertError> {
+    shared: &mut share::Interner,
+) -> Result<(Val, u64), ConvertError> {
     if depth > limits.max_depth {
         return Err(ConvertError::TooDeep {
             limit: limits.max_depth,
@@ -71,30 +80,53 @@ fn convert(
     }
     spend(budget, 8, limits)?;
     Ok(match json {
-        Json::Null => Val::Null,
-        Json::Bool(b) => Val::Bool(*b),
-        Json::Number(n) => Val::Num(number(n)),
+        Json::Null => (Val::Null, share::hash_leaf(0, b"")),
+        Json::Bool(b) => (Val::Bool(*b), share::hash_leaf(1, &[u8::from(*b)])),
+        Json::Number(n) => {
+            let num = number(n);
+            let h = match &num {
+                Num::Int(i) => share::hash_leaf(2, &i.to_le_bytes()),
+                Num::Float(f) => share::hash_leaf(3, &f.to_bits().to_le_bytes()),
+                _ => share::hash_leaf(4, n.to_string().as_bytes()),
+            };
+            (Val::Num(num), h)
+        }
         Json::String(s) => {
             spend(budget, s.len(), limits)?;
-            string(s)
+            (shared.string(s), share::hash_leaf(5, s.as_bytes()))
         }
         Json::Array(items) => {
             let mut out = Vec::with_capacity(items.len());
+            let mut h = share::Hash::new(6);
             for item in items {
-                out.push(convert(item, depth + 1, limits, budget)?);
+                let (v, ih) = convert(item, depth + 1, limits, budget, shared)?;
+                h.add(ih);
+                out.push(v);
             }
-            Val::Arr(Rc::new(out))
+            let h = h.finish();
+            (shared.share(Val::Arr(Rc::new(out)), h), h)
         }
         Json::Object(map) => {
             let mut entries: Vec<(&String, &Json)> = map.iter().collect();
             entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
             let mut out = Map::default();
             out.reserve(entries.len());
+            let mut h = share::Hash::new(7);
             for (key, value) in entries {
                 spend(budget, key.len(), limits)?;
-                out.insert(string(key), convert(value, depth + 1, limits, budget)?);
+                let (v, vh) = convert(value, depth + 1, limits, budget, shared)?;
+                h.add(share::hash_leaf(5, key.as_bytes()));
+                h.add(vh);
+                out.insert(shared.string(key), v);
             }
-            Val::obj(out)
+            let h = h.finish();
+            // The top level is the object itself: unique, not worth an interner entry.
+            let val = Val::obj(out);
+            if depth == 0 {
+                (val, h)
+            } else {
+                (shared.share(val, h), h)
+            }
         }
     })
 }
@@ -263,6 +295,27 @@ mod tests {
             from_json(&deep, shallow),
             Err(ConvertError::TooDeep { .. })
         ));
+    }
+
+    #[test]
+    fn equal_subtrees_are_shared_and_values_kept() {
+        let a = json!({"spec": {"tolerations": [{"key": "gpu"}], "n": 1}, "name": "a"});
+        let b = json!({"spec": {"tolerations": [{"key": "gpu"}], "n": 1}, "name": "b"});
+        let c = json!({"spec": {"tolerations": [{"key": "gpu"}], "n": 1.5}, "name": "c"});
+        let (va, vb, vc) = (
+            from_json(&a, Limits::default()).unwrap(),
+            from_json(&b, Limits::default()).unwrap(),
+            from_json(&c, Limits::default()).unwrap(),
+        );
+        let spec = |v: &Val| match get(v, "spec") {
+            Some(Val::Obj(m)) => m.clone(),
+            _ => panic!("no spec"),
+        };
+        assert!(Rc::ptr_eq(&spec(&va), &spec(&vb)), "equal subtrees shared");
+        assert!(!Rc::ptr_eq(&spec(&va), &spec(&vc)), "different ones not");
+        assert_eq!(to_json(&va), a);
+        assert_eq!(to_json(&vb), b);
+        assert_eq!(to_json(&vc), c);
     }
 
     #[test]

@@ -1,0 +1,138 @@
+//! The synthetic cluster generator (`benches/synth`) produces workloads that resolve cleanly:
+//! fed through the index, through a manifest directory and through the fake API server with
+//! the real Kubernetes source, every root resolves with a matched status, every pod is
+//! attributed and the desired pod count covers the current one.
+
+#[path = "../../benches/synth/mod.rs"]
+mod synth;
+
+use crate::fake_apiserver::FakeApiServer;
+use kartograf::definition::Catalog;
+use kartograf::index::Index;
+use kartograf::proto::v1 as pb;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SPEC: synth::Spec = synth::Spec {
+    workloads: 50,
+    pods: 400,
+    seed: 7,
+};
+
+fn cluster() -> synth::Cluster {
+    let templates = synth::load_templates(&synth::template_dir()).unwrap();
+    synth::generate(&templates, SPEC)
+}
+
+/// Every generated workload resolved cleanly, and together they hold every pod.
+fn assert_clean(index: &Index, cluster: &synth::Cluster) {
+    let (all, more, _) = index.list(&Default::default(), 0, 10_000);
+    assert!(!more);
+    assert_eq!(all.len(), cluster.roots.len(), "one workload per root");
+    let mut pods = 0;
+    for w in &all {
+        let name = w.r#ref.as_ref().map(|r| r.name.clone()).unwrap_or_default();
+        let phase = w.status.as_ref().map_or(0, |s| s.phase);
+        assert_eq!(phase, pb::Phase::Running as i32, "{name}: {:?}", w.status);
+        assert!(w.unattributed_pods.is_empty(), "{name}: {w:?}");
+        let errors: Vec<_> = w
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity != "info")
+            .collect();
+        assert!(errors.is_empty(), "{name}: {errors:?}");
+        let counts = w.pods.unwrap_or_default();
+        assert!(counts.current >= 2, "{name}: {counts:?}");
+        assert_eq!(counts.desired, counts.current, "{name}: {counts:?}");
+        assert_eq!(counts.ready, counts.current, "{name}: {counts:?}");
+        pods += counts.current as usize;
+    }
+    assert_eq!(pods, cluster.pods.len());
+}
+
+#[test]
+fn synth_is_deterministic_and_sized_as_asked() {
+    let a = cluster();
+    let b = cluster();
+    assert_eq!(a.all(), b.all(), "same seed, same cluster");
+    assert_eq!(a.roots.len(), SPEC.workloads);
+    assert_eq!(a.pods.len(), SPEC.pods);
+    assert!(!a.intermediates.is_empty());
+    let templates = synth::load_templates(&synth::template_dir()).unwrap();
+    let other = synth::generate(&templates, synth::Spec { seed: 8, ..SPEC });
+    assert_ne!(a.all(), other.all(), "another seed, another cluster");
+    // Every pod has a controller owner that exists in the cluster.
+    let uids: std::collections::HashSet<&str> = a
+        .roots
+        .iter()
+        .chain(&a.intermediates)
+        .filter_map(|d| d["metadata"]["uid"].as_str())
+        .collect();
+    for pod in &a.pods {
+        let owner = &pod["metadata"]["ownerReferences"][0];
+        assert_eq!(owner["controller"], true);
+        assert!(uids.contains(owner["uid"].as_str().unwrap()), "{pod}");
+    }
+}
+
+#[test]
+fn synth_cluster_resolves_cleanly_through_the_index() {
+    let cluster = cluster();
+    let index = Index::new(Catalog::embedded().unwrap(), &[]);
+    let skipped = index.reset("synth", &cluster.all());
+    assert!(skipped.is_empty(), "{skipped:?}");
+    assert_clean(&index, &cluster);
+}
+
+#[test]
+fn synth_cluster_resolves_cleanly_from_a_manifest_directory() {
+    let cluster = cluster();
+    let dir = crate::temp_dir("synth");
+    cluster.write_dir(&dir).unwrap();
+    let (docs, problems, _) = kartograf::source::manifests::read_all(&dir);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(docs.len(), cluster.len());
+    let index = Index::new(Catalog::embedded().unwrap(), &[]);
+    assert!(index.reset("manifests", &docs).is_empty());
+    assert_clean(&index, &cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synth_cluster_resolves_cleanly_through_the_fake_api_server() {
+    let cluster = cluster();
+    let fake = FakeApiServer::new();
+    fake.register("v1", "Pod", "pods", true);
+    fake.register("apps/v1", "Deployment", "deployments", true);
+    fake.register("apps/v1", "ReplicaSet", "replicasets", true);
+    fake.register("apps/v1", "StatefulSet", "statefulsets", true);
+    fake.register("batch/v1", "Job", "jobs", true);
+    fake.register("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", true);
+    fake.register("kubeflow.org/v1", "PyTorchJob", "pytorchjobs", true);
+    fake.register("ray.io/v1", "RayCluster", "rayclusters", true);
+    for doc in cluster.all() {
+        fake.upsert(doc);
+    }
+    let client = fake.http_client().await;
+    let index = Arc::new(Index::new(
+        Catalog::embedded().unwrap(),
+        &[kartograf::source::kube::SOURCE],
+    ));
+    let task = tokio::spawn(kartograf::source::kube::run(
+        client,
+        index.clone(),
+        Duration::from_millis(200),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !index.synced() {
+        assert!(
+            Instant::now() < deadline,
+            "synced in time: {} workloads, lists {:?}",
+            index.list(&Default::default(), 0, 10_000).0.len(),
+            fake.requests("/api/v1/pods", false)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_clean(&index, &cluster);
+    task.abort();
+}
