@@ -171,10 +171,109 @@ pub struct Pod {
     pub info: crate::proto::v1::PodInfo,
 }
 
+/// Pod spec fields kept by [`project_pod`] as they are.
+const POD_SPEC_FIELDS: &[&str] = &[
+    "nodeName",
+    "nodeSelector",
+    "schedulerName",
+    "priorityClassName",
+    "priority",
+    "hostname",
+    "subdomain",
+    "serviceAccountName",
+    "restartPolicy",
+    "overhead",
+    "resources",
+    "resourceClaims",
+    "schedulingGates",
+];
+/// Container fields kept by [`project_pod`].
+const CONTAINER_FIELDS: &[&str] = &["name", "resources", "restartPolicy"];
+/// Pod status fields kept by [`project_pod`] as they are.
+const POD_STATUS_FIELDS: &[&str] = &[
+    "phase",
+    "reason",
+    "message",
+    "conditions",
+    "startTime",
+    "qosClass",
+    "hostIP",
+    "podIP",
+    "nominatedNodeName",
+];
+/// Container status fields kept by [`project_pod`].
+const CONTAINER_STATUS_FIELDS: &[&str] = &["name", "ready", "started", "restartCount", "state"];
+
+fn pick(from: &serde_json::Map<String, Json>, keys: &[&str]) -> serde_json::Map<String, Json> {
+    keys.iter()
+        .filter_map(|k| from.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+        .collect()
+}
+
+fn pick_each(list: Option<&Json>, keys: &[&str]) -> Option<Json> {
+    let items = list?.as_array()?;
+    Some(Json::Array(
+        items
+            .iter()
+            .map(|c| match c.as_object() {
+                Some(c) => Json::Object(pick(c, keys)),
+                None => c.clone(),
+            })
+            .collect(),
+    ))
+}
+
+/// The part of a pod that resolution and definitions read: all metadata but
+/// `managedFields` and the `kubectl` last-applied copy; the scheduling-relevant spec fields;
+/// containers reduced to name, resources and restart policy; phase, conditions and
+/// container readiness. Everything else (environment, commands, probes, volumes, images,
+/// affinity) is dropped before the pod is cached. Documented in docs/definitions.md.
+pub fn project_pod(json: &Json) -> Json {
+    let Some(pod) = json.as_object() else {
+        return json.clone();
+    };
+    let mut out = serde_json::Map::new();
+    for key in ["apiVersion", "kind"] {
+        if let Some(v) = pod.get(key) {
+            out.insert(key.to_owned(), v.clone());
+        }
+    }
+    if let Some(meta) = pod.get("metadata") {
+        let mut meta = meta.clone();
+        if let Some(m) = meta.as_object_mut() {
+            m.remove("managedFields");
+            if let Some(a) = m.get_mut("annotations").and_then(Json::as_object_mut) {
+                a.remove("kubectl.kubernetes.io/last-applied-configuration");
+            }
+        }
+        out.insert("metadata".to_owned(), meta);
+    }
+    if let Some(spec) = pod.get("spec").and_then(Json::as_object) {
+        let mut s = pick(spec, POD_SPEC_FIELDS);
+        for list in ["containers", "initContainers"] {
+            if let Some(v) = pick_each(spec.get(list), CONTAINER_FIELDS) {
+                s.insert(list.to_owned(), v);
+            }
+        }
+        out.insert("spec".to_owned(), Json::Object(s));
+    }
+    if let Some(status) = pod.get("status").and_then(Json::as_object) {
+        let mut s = pick(status, POD_STATUS_FIELDS);
+        for list in ["containerStatuses", "initContainerStatuses"] {
+            if let Some(v) = pick_each(status.get(list), CONTAINER_STATUS_FIELDS) {
+                s.insert(list.to_owned(), v);
+            }
+        }
+        out.insert("status".to_owned(), Json::Object(s));
+    }
+    Json::Object(out)
+}
+
 impl Pod {
-    /// Builds a pod from JSON (see [`Object::from_json`] for failure rules).
+    /// Builds a pod from JSON (see [`Object::from_json`] for failure rules), keeping only
+    /// its [`project_pod`] projection.
     pub fn from_json(json: &Json, limits: Limits) -> Result<Pod, String> {
-        let object = Object::from_json(json, limits)?;
+        let object = Object::from_json(&project_pod(json), limits)?;
         Ok(Pod::from_object(object))
     }
 
