@@ -328,7 +328,11 @@ async fn cold_start(pods: usize) {
     let task = tokio::spawn(kartograf::source::kube::run(
         client,
         index.clone(),
-        Duration::from_millis(200),
+        kartograf::source::kube::Settings {
+            rediscover: Duration::from_millis(200),
+            ..Default::default()
+        },
+        None,
     ));
     wait_synced(&index, "kube").await;
     let kube = t.elapsed();

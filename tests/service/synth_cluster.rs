@@ -121,7 +121,11 @@ async fn synth_cluster_resolves_cleanly_through_the_fake_api_server() {
     let task = tokio::spawn(kartograf::source::kube::run(
         client,
         index.clone(),
-        Duration::from_millis(200),
+        kartograf::source::kube::Settings {
+            rediscover: Duration::from_millis(200),
+            ..Default::default()
+        },
+        None,
     ));
     let deadline = Instant::now() + Duration::from_secs(20);
     while !index.synced() {
