@@ -2,6 +2,7 @@
 //! reflection (v1 and v1alpha), over the [`Index`].
 
 mod definitions;
+mod observe;
 mod resolver;
 mod watch;
 
@@ -9,6 +10,7 @@ pub use definitions::{DefinitionsService, LoadReport};
 pub use resolver::ResolverService;
 
 use crate::index::Index;
+use crate::metrics::Metrics;
 use crate::proto::v1 as pb;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,6 +26,25 @@ pub struct Shared {
     pub report: Arc<LoadReport>,
     /// Flips to `true` when the server is shutting down.
     pub shutdown: signal::Receiver<bool>,
+    /// Metrics (RPCs, Watch); `/metrics` on the admin port exposes them.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Shared {
+    /// Shared state over `index` and `report`, with fresh metrics over both.
+    pub fn new(
+        index: Arc<Index>,
+        report: Arc<LoadReport>,
+        shutdown: signal::Receiver<bool>,
+    ) -> Shared {
+        let metrics = Metrics::new(index.clone(), report.clone());
+        Shared {
+            index,
+            report,
+            shutdown,
+            metrics,
+        }
+    }
 }
 
 /// Server settings.
@@ -120,6 +141,7 @@ pub async fn serve(
         .concurrency_limit_per_connection(256)
         .layer(
             tower::ServiceBuilder::new()
+                .layer(observe::RpcLayer::new(shared.metrics.clone()))
                 .load_shed()
                 .concurrency_limit(settings.concurrency_limit)
                 .into_inner(),

@@ -3,6 +3,7 @@
 
 mod fake_apiserver;
 mod kube;
+mod observability;
 
 use kartograf::definition::{Catalog, LoadReport};
 use kartograf::index::Index;
@@ -54,11 +55,7 @@ async fn serve_index(
     let (tx, rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let shared = Shared {
-        index,
-        report,
-        shutdown: rx,
-    };
+    let shared = Shared::new(index, report, rx);
     tokio::spawn(server::serve(
         listener,
         shared,
