@@ -109,7 +109,7 @@ where
             rpc.grpc.status_code = tracing::field::Empty,
             duration_ms = tracing::field::Empty,
         );
-        let mut outcome = Outcome {
+        let outcome = Outcome {
             metrics: self.metrics.clone(),
             method,
             start: Instant::now(),
@@ -122,6 +122,8 @@ where
         };
         Box::pin(
             async move {
+                // Moves the whole guard in (not just its `code` field): it records on drop.
+                let mut outcome = outcome;
                 match future.await {
                     Ok(response) => {
                         outcome.code = Some(response_code(response.headers()));

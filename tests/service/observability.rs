@@ -304,6 +304,7 @@ async fn admin_port_serves_health_and_metrics_that_agree_with_resolve() {
     assert!(value(&text, "kartograf_index_pods", &[]) >= pods.len() as f64);
 
     // RPC counters: one more OK Resolve, one more NOT_FOUND.
+    let (_, _, text) = get(p.admin, "/metrics").await;
     let ok_before = value(
         &text,
         "kartograf_rpc_requests_total",
