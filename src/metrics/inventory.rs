@@ -30,7 +30,9 @@ fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
     help: &str,
     samples: impl IntoIterator<Item = (L, V)>,
 ) -> Result<(), Error> {
-    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    // Same help style as registered metrics (which get a final period).
+    let help = format!("{help}.");
+    let mut metric = encoder.encode_descriptor(name, &help, None, MetricType::Gauge)?;
     for (labels, value) in samples {
         metric.encode_family(&labels)?.encode_gauge(&value)?;
     }
