@@ -72,11 +72,7 @@ async fn start() -> (
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let shared = Shared {
-        index: index.clone(),
-        report: Arc::new(LoadReport::default()),
-        shutdown: rx,
-    };
+    let shared = Shared::new(index.clone(), Arc::new(LoadReport::default()), rx);
     let settings = Settings {
         listen: addr,
         concurrency_limit: 100_000,

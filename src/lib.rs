@@ -12,11 +12,13 @@
 //! runtime, no gRPC server); [`snapshot`] resolves against a static set of objects; [`cli`]
 //! wires them to the command line.
 
+pub mod admin;
 pub mod cli;
 pub mod definition;
 pub mod expr;
 pub mod index;
 pub mod manifest;
+pub mod metrics;
 pub mod object;
 pub mod resolve;
 pub mod server;

@@ -1,4 +1,4 @@
-//! The `kartograf` binary: parse the command line, set up logging, dispatch.
+//! The `kartograf` binary: parse the command line and dispatch.
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -9,7 +9,5 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = kartograf::cli::Cli::parse();
-    kartograf::telemetry::init(&cli.log);
-    kartograf::cli::run(cli)
+    kartograf::cli::run(kartograf::cli::Cli::parse())
 }

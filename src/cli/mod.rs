@@ -23,9 +23,24 @@ pub const EXIT_NO_DEFINITION: u8 = 4;
 #[derive(Debug, Parser)]
 #[command(name = "kartograf", version, about, long_about = None)]
 pub struct Cli {
-    /// Log filter (also `RUST_LOG`), e.g. `info` or `kartograf=debug`.
-    #[arg(long, global = true, env = "KARTOGRAF_LOG", default_value = "warn")]
-    pub log: String,
+    /// Log filter, e.g. `info` or `kartograf=debug` [default: `RUST_LOG`, else `info` for
+    /// `serve` and `warn` for the other commands].
+    #[arg(
+        long = "log-level",
+        alias = "log",
+        global = true,
+        env = "KARTOGRAF_LOG_LEVEL"
+    )]
+    pub log_level: Option<String>,
+    /// Log line format.
+    #[arg(
+        long,
+        global = true,
+        env = "KARTOGRAF_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    pub log_format: crate::telemetry::LogFormat,
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
@@ -84,8 +99,16 @@ pub fn print_out(text: &str) {
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> ExitCode {
+    let logging = crate::telemetry::Logging {
+        level: cli.log_level,
+        format: cli.log_format,
+    };
+    // `serve` sets up telemetry itself, inside its runtime (the OTLP exporter lives there).
+    if !matches!(cli.command, Command::Serve(_)) {
+        crate::telemetry::init(&logging, "warn", false);
+    }
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(args, &logging),
         Command::Get(args) => client::get(args),
         Command::Describe(args) => client::describe(args),
         Command::Watch(args) => client::watch(args),

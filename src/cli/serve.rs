@@ -6,6 +6,7 @@ use crate::index::Index;
 use crate::server::{self, Settings, Shared, TlsFiles};
 use crate::source::definitions::{self, Layers};
 use crate::source::{kube, manifests};
+use crate::telemetry::{self, Logging};
 use anyhow::Context;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,6 +28,9 @@ pub struct Args {
     /// gRPC listen address.
     #[arg(long, env = "KARTOGRAF_LISTEN", default_value = "0.0.0.0:50051")]
     pub listen: SocketAddr,
+    /// Admin HTTP listen address (`/livez`, `/readyz`, `/metrics`).
+    #[arg(long, env = "KARTOGRAF_ADMIN_LISTEN", default_value = "0.0.0.0:9090")]
+    pub admin_listen: SocketAddr,
     /// Changes kept for Watch resume (`since_revision`).
     #[arg(long, env = "KARTOGRAF_HISTORY", default_value_t = crate::index::DEFAULT_HISTORY)]
     pub history: usize,
@@ -102,13 +106,20 @@ pub struct Args {
     pub definitions: DefinitionArgs,
 }
 
-/// Runs `serve` until SIGINT/SIGTERM.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// Runs `serve` until SIGINT/SIGTERM; sets up logging and tracing first.
+pub fn run(args: Args, logging: &Logging) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(serve(args))
+    let telemetry = {
+        let _entered = runtime.enter();
+        telemetry::init(logging, "info", true)
+    };
+    let result = runtime.block_on(serve(args));
+    // Exports the last spans; the runtime (still alive here) carries the exporter's connection.
+    telemetry.shutdown();
+    result
 }
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
@@ -140,6 +151,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         None => publisher.update(|_| {}),
     }
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let shared = Shared::new(index.clone(), report.clone(), shutdown_rx);
     let origin = match &args.manifests {
         Some(dir) => {
             tokio::spawn(manifests::run(index.clone(), dir.clone()));
@@ -151,6 +163,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
                 .context("no --manifests given and no usable kubeconfig or in-cluster config")?;
             let settings = kube::Settings {
                 rediscover: args.rediscover,
+                metrics: Some(shared.metrics.clone()),
                 ..kube::Settings::default()
             };
             tokio::spawn(kube::run(
@@ -177,17 +190,13 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let local = listener.local_addr()?;
-    let scheme = if args.tls_cert.is_some() {
-        "TLS"
-    } else {
-        "plaintext"
-    };
-    eprintln!("kartograf serving gRPC ({scheme}) on {local} ({origin})");
-    let shared = Shared {
-        index,
-        report,
-        shutdown: shutdown_rx,
-    };
+    let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
+        .await
+        .with_context(|| format!("binding the admin port {}", args.admin_listen))?;
+    let admin_local = admin_listener.local_addr()?;
+    let tls = args.tls_cert.is_some();
+    tracing::info!(grpc = %local, admin = %admin_local, source = %origin, tls, "kartograf serving");
+    let admin = tokio::spawn(crate::admin::serve(admin_listener, shared.clone()));
     let settings = Settings {
         listen: local,
         request_timeout: args.request_timeout,
@@ -213,14 +222,17 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     };
     let server = tokio::spawn(server::serve(listener, shared, settings));
     wait_for_signal().await;
-    eprintln!("kartograf shutting down");
+    tracing::info!("kartograf shutting down");
     let _ = shutdown_tx.send(true);
-    match tokio::time::timeout(Duration::from_secs(10), server).await {
+    let outcome = tokio::time::timeout(Duration::from_secs(10), server).await;
+    // The admin port answers (`/readyz` 503) while the gRPC connections drain.
+    admin.abort();
+    match outcome {
         Ok(Ok(Ok(()))) => Ok(ExitCode::SUCCESS),
         Ok(Ok(Err(e))) => Err(anyhow::anyhow!("server failed: {e}")),
         Ok(Err(e)) => Err(anyhow::anyhow!("server task failed: {e}")),
         Err(_) => {
-            eprintln!("kartograf: connections still open after 10s; exiting");
+            tracing::warn!("connections still open after 10s; exiting");
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -10,7 +10,7 @@
 
 mod query;
 
-pub use query::{Filter, TotalsKey};
+pub use query::{AttributedPod, Filter, Sizes, TotalsKey};
 
 use crate::definition::Catalog;
 use crate::expr::Limits;
@@ -410,6 +410,13 @@ impl Index {
             },
         };
         let lookup = catalog.lookup(&root.meta.api_version, &root.meta.kind)?;
+        let _span = tracing::debug_span!(
+            "resolve",
+            kind = %root.meta.kind,
+            namespace = %root.meta.namespace,
+            name = %root.meta.name
+        )
+        .entered();
         let key = (uid.to_owned(), entry.version, catalog.generation());
         let prepared = match self.prepared.get(&key) {
             Some(p) => p,

@@ -1,6 +1,6 @@
 //! Reading the index: lookups, filtered lists, totals and the change history.
 
-use super::{Change, Index, State, WorkloadEntry};
+use super::{Cached, Change, Index, State, WorkloadEntry};
 use crate::proto::v1 as pb;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -99,6 +99,30 @@ fn parse_selector(s: &str) -> Result<Vec<Requirement>, String> {
     Ok(out)
 }
 
+/// How much the index holds (for metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sizes {
+    /// Cached objects other than pods (roots and intermediate owners).
+    pub objects: usize,
+    /// Cached pods.
+    pub pods: usize,
+    /// Resolved root workloads.
+    pub workloads: usize,
+}
+
+/// A pod placed in a component of its workload (for the pod-to-workload metrics join).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributedPod {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod uid (empty when the pod has none).
+    pub uid: String,
+    /// The component the pod was placed in.
+    pub component: String,
+}
+
 /// Grouping of `Totals`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TotalsKey {
@@ -134,6 +158,55 @@ fn add_resources(into: &mut pb::Resources, r: &pb::Resources) {
 }
 
 impl Index {
+    /// How many objects, pods and workloads are cached.
+    pub fn sizes(&self) -> Sizes {
+        let st = self.lock();
+        let pods = st
+            .entries
+            .values()
+            .filter(|e| matches!(e.cached, Cached::Pod(_)))
+            .count();
+        Sizes {
+            objects: st.entries.len() - pods,
+            pods,
+            workloads: st.workloads.len(),
+        }
+    }
+
+    /// Sources whose first full sync has not finished yet, sorted.
+    pub fn pending_sources(&self) -> Vec<String> {
+        let mut pending: Vec<String> = self.lock().pending_sources.iter().cloned().collect();
+        pending.sort();
+        pending
+    }
+
+    /// Every workload in (namespace, kind, name) order, with the pods its resolution placed
+    /// in a component (by pod name); unattributed pods are left out.
+    pub fn attributed_pods(&self) -> Vec<(Arc<pb::Workload>, Vec<AttributedPod>)> {
+        let st = self.lock();
+        Self::entries_sorted(&st)
+            .into_iter()
+            .map(|w| {
+                let mut pods: Vec<AttributedPod> = w
+                    .placements
+                    .iter()
+                    .filter(|(_, p)| !p.component.is_empty())
+                    .filter_map(|(uid, p)| {
+                        let meta = st.entries.get(uid)?.cached.meta();
+                        Some(AttributedPod {
+                            namespace: meta.namespace.clone(),
+                            name: meta.name.clone(),
+                            uid: meta.uid.clone(),
+                            component: p.component.clone(),
+                        })
+                    })
+                    .collect();
+                pods.sort_by(|a, b| a.name.cmp(&b.name));
+                (w.graph.clone(), pods)
+            })
+            .collect()
+    }
+
     fn entries_sorted(st: &State) -> Vec<&WorkloadEntry> {
         let mut all: Vec<&WorkloadEntry> = st.workloads.values().collect();
         all.sort_by_key(|w| sort_key(&w.graph));
@@ -286,12 +359,24 @@ impl Index {
     /// The changes after `since` that match `filter`, coalesced to the latest per workload
     /// (in revision order); `None` when `since` is older than the kept history.
     pub fn changes_since(&self, since: u64, filter: &Filter) -> Option<(Vec<Change>, u64)> {
+        self.changes_since_counted(since, filter)
+            .map(|(changes, revision, _)| (changes, revision))
+    }
+
+    /// [`Index::changes_since`], plus how many matching changes were merged into a later one
+    /// (coalesced away).
+    pub fn changes_since_counted(
+        &self,
+        since: u64,
+        filter: &Filter,
+    ) -> Option<(Vec<Change>, u64, usize)> {
         let st = self.lock();
         let oldest = st.history.front().map_or(st.revision + 1, |c| c.revision);
         if since + 1 < oldest && since < st.revision {
             return None;
         }
         let mut latest: BTreeMap<String, Change> = BTreeMap::new();
+        let mut matching = 0usize;
         for c in st.history.iter().filter(|c| c.revision > since) {
             let uid = c
                 .workload
@@ -312,6 +397,7 @@ impl Index {
             {
                 continue;
             }
+            matching += 1;
             let merged = match latest.remove(&uid) {
                 // Added then modified is still an addition for this subscriber.
                 Some(prev)
@@ -328,6 +414,7 @@ impl Index {
         }
         let mut out: Vec<Change> = latest.into_values().collect();
         out.sort_by_key(|c| c.revision);
-        Some((out, st.revision))
+        let coalesced = matching - out.len();
+        Some((out, st.revision, coalesced))
     }
 }

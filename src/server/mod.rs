@@ -4,6 +4,7 @@
 mod admission;
 pub mod auth;
 mod definitions;
+mod observe;
 mod resolver;
 mod watch;
 
@@ -13,6 +14,7 @@ pub use definitions::{DefinitionsService, LoadReport};
 pub use resolver::ResolverService;
 
 use crate::index::Index;
+use crate::metrics::Metrics;
 use crate::proto::v1 as pb;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -29,6 +31,25 @@ pub struct Shared {
     pub report: Arc<LoadReport>,
     /// Flips to `true` when the server is shutting down.
     pub shutdown: signal::Receiver<bool>,
+    /// Metrics (RPCs, Watch); `/metrics` on the admin port exposes them.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Shared {
+    /// Shared state over `index` and `report`, with fresh metrics over both.
+    pub fn new(
+        index: Arc<Index>,
+        report: Arc<LoadReport>,
+        shutdown: signal::Receiver<bool>,
+    ) -> Shared {
+        let metrics = Metrics::new(index.clone(), report.clone());
+        Shared {
+            index,
+            report,
+            shutdown,
+            metrics,
+        }
+    }
 }
 
 /// Server settings: every knob of `kartograf serve` that shapes the gRPC server.
@@ -221,10 +242,15 @@ pub async fn serve(
         builder = builder.tls_config(tls.config()?)?;
     }
     let result = builder
-        .layer(Admission::new(
-            settings.concurrency_limit,
-            settings.tokens.clone(),
-        ))
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(observe::RpcLayer::new(shared.metrics.clone()))
+                .layer(Admission::new(
+                    settings.concurrency_limit,
+                    settings.tokens.clone(),
+                ))
+                .into_inner(),
+        )
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -58,6 +58,7 @@ async fn snapshot(shared: &Shared, filter: &Filter, view_kind: i32, tx: &Tx) -> 
 }
 
 async fn run(shared: Shared, filter: Filter, since: u64, view_kind: i32, tx: Tx) {
+    let _subscription = shared.metrics.watch_subscribed();
     let mut revisions = shared.index.subscribe();
     let mut shutdown = shared.shutdown.clone();
     let mut cursor = if since == 0 {
@@ -69,7 +70,7 @@ async fn run(shared: Shared, filter: Filter, since: u64, view_kind: i32, tx: Tx)
         since
     };
     loop {
-        match shared.index.changes_since(cursor, &filter) {
+        match shared.index.changes_since_counted(cursor, &filter) {
             None => {
                 if tx
                     .send(event(pb::EventType::Reset, cursor, None))
@@ -83,7 +84,8 @@ async fn run(shared: Shared, filter: Filter, since: u64, view_kind: i32, tx: Tx)
                     None => return,
                 }
             }
-            Some((changes, revision)) => {
+            Some((changes, revision, coalesced)) => {
+                shared.metrics.watch_coalesced(coalesced);
                 for c in changes {
                     let w = view(&c.workload, view_kind);
                     if tx.send(event(c.kind, c.revision, Some(w))).await.is_err() {

@@ -100,6 +100,8 @@ pub struct Settings {
     /// Discovery passes, and forbidden list attempts per kind, before readiness stops
     /// waiting for what still fails.
     pub startup_attempts: u32,
+    /// Where informer events, restarts and errors are counted.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Default for Settings {
@@ -108,6 +110,7 @@ impl Default for Settings {
             rediscover: Duration::from_secs(30),
             backoff: Backoff::default(),
             startup_attempts: 3,
+            metrics: None,
         }
     }
 }
@@ -254,6 +257,9 @@ impl Ctx {
     /// kind's objects), `apply` or `delete`.
     fn on_event(&self, source: &str, event: &'static str) {
         tracing::trace!(source = %source, event, "kubernetes: event");
+        if let Some(m) = &self.settings.metrics {
+            m.informer_event(kind_label(source), event);
+        }
     }
 
     /// A watcher (re)started listing a kind: `relist` is false for the first list of a
@@ -261,13 +267,27 @@ impl Ctx {
     fn on_restart(&self, source: &str, relist: bool) {
         if relist {
             tracing::info!(source = %source, "kubernetes: relisting");
+            if let Some(m) = &self.settings.metrics {
+                m.informer_restart(kind_label(source));
+            }
         }
     }
 
     /// A list or watch request of a kind failed; `delay` is the backoff before the retry.
     fn on_error(&self, source: &str, error: &watcher::Error, delay: Duration) {
         tracing::warn!(source = %source, retry_in = ?delay, "kubernetes: watch error (retrying): {error}");
+        if let Some(m) = &self.settings.metrics {
+            m.informer_error(kind_label(source));
+        }
     }
+}
+
+/// The `group/version/kind` part of a source name, as the metrics' `kind` label.
+fn kind_label(source: &str) -> &str {
+    source
+        .strip_prefix(SOURCE)
+        .and_then(|s| s.strip_prefix(':'))
+        .unwrap_or(source)
 }
 
 /// Watches every wanted kind the cluster serves and feeds `index` (and, with a

@@ -125,6 +125,8 @@ class Server:
                 str(self.manifests),
                 "--listen",
                 self.address,
+                "--admin-listen",
+                "127.0.0.1:0",
             ],
             stdin=subprocess.DEVNULL,
             stdout=self._log,

@@ -41,11 +41,7 @@ async fn serve(settings: Settings) -> Server {
     let (shutdown, rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let shared = Shared {
-        index: index.clone(),
-        report: Arc::new(LoadReport::default()),
-        shutdown: rx,
-    };
+    let shared = Shared::new(index.clone(), Arc::new(LoadReport::default()), rx);
     let task = tokio::spawn(server::serve(
         listener,
         shared,

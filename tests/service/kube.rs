@@ -79,6 +79,7 @@ fn settings(rediscover: Duration) -> source::Settings {
             jitter: 0.0,
         },
         startup_attempts: 3,
+        metrics: None,
     }
 }
 
@@ -619,6 +620,10 @@ async fn kube_500_backoff_grows_resets_and_gates_readiness() {
         max: Duration::from_secs(5),
         jitter: 0.0,
     };
+    let report = Arc::new(kartograf::definition::LoadReport::default());
+    let metrics =
+        kartograf::metrics::Metrics::new(Arc::new(Index::new(Default::default(), &[])), report);
+    s.metrics = Some(metrics.clone());
     let (index, _report, _running) = start_with(fake.client(), s);
     eventually("three failed JobSet lists", || {
         fake.seen(JOBSETS).iter().filter(|r| r.code == 500).count() >= 3
@@ -630,6 +635,12 @@ async fn kube_500_backoff_grows_resets_and_gates_readiness() {
     );
     eventually("the first successful list", || index.synced()).await;
     assert_eq!(current_pods(&index), 3);
+    let text = metrics.encode();
+    let errors = text
+        .lines()
+        .find(|l| l.starts_with("kartograf_informer_errors_total") && l.contains("JobSet"))
+        .unwrap_or_else(|| panic!("no JobSet informer errors in:\n{text}"));
+    assert!(errors.ends_with(" 4"), "{errors}");
     let gaps = list_gaps(&fake, JOBSETS);
     assert_eq!(gaps.len(), 4, "{gaps:?}");
     for (i, (code, gap)) in gaps.iter().enumerate() {

@@ -4,6 +4,7 @@
 mod fake_apiserver;
 mod hardening;
 mod kube;
+mod observability;
 mod synth_cluster;
 
 use kartograf::definition::{Catalog, LoadReport};
@@ -56,11 +57,7 @@ async fn serve_index(
     let (tx, rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let shared = Shared {
-        index,
-        report,
-        shutdown: rx,
-    };
+    let shared = Shared::new(index, report, rx);
     tokio::spawn(server::serve(
         listener,
         shared,

@@ -1,0 +1,87 @@
+//! The admin HTTP port (HTTP/1.1, plain text): `/livez`, `/readyz` and `/metrics`.
+//!
+//! - `/livez`: 200 while the process runs.
+//! - `/readyz`: 200 once every source finished its first full sync and the server is not
+//!   shutting down; otherwise 503 with a one-line reason.
+//! - `/metrics`: every `kartograf_*` metric as OpenMetrics text.
+//! - anything else: 404.
+
+use crate::metrics::CONTENT_TYPE;
+use crate::server::Shared;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+
+/// The answer to one admin request.
+pub fn route(shared: &Shared, path: &str) -> Response<Full<Bytes>> {
+    match path {
+        "/livez" => text(StatusCode::OK, "ok\n".to_owned()),
+        "/readyz" => match not_ready(shared) {
+            None => text(StatusCode::OK, "ok\n".to_owned()),
+            Some(reason) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")),
+        },
+        "/metrics" => {
+            let mut response = Response::new(Full::new(Bytes::from(shared.metrics.encode())));
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static(CONTENT_TYPE),
+            );
+            response
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found\n".to_owned()),
+    }
+}
+
+/// Why the server is not ready, if it is not.
+fn not_ready(shared: &Shared) -> Option<String> {
+    if *shared.shutdown.borrow() {
+        return Some("shutting down".to_owned());
+    }
+    let pending = shared.index.pending_sources();
+    if pending.is_empty() {
+        None
+    } else {
+        Some(format!(
+            "waiting for the first full sync of: {}",
+            pending.join(", ")
+        ))
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// Serves the admin port on an already bound listener until the task is dropped or aborted.
+pub async fn serve(listener: tokio::net::TcpListener, shared: Shared) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "admin port: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let service =
+                hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let response = route(&shared, request.uri().path());
+                    async move { Ok::<_, Infallible>(response) }
+                });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}

@@ -1,0 +1,236 @@
+//! Prometheus metrics (all named `kartograf_*`), exposed as OpenMetrics text on the admin
+//! port's `/metrics`.
+//!
+//! Two kinds: event counters kept here (RPCs, Watch subscribers, informer events), and
+//! state computed from the [`Index`] at every scrape ([`inventory`]: index sizes, definition
+//! load errors, diagnostics, per-workload GPUs/pods/phase and the pod-to-workload join). The
+//! per-workload and per-pod series are never stored, so a deleted workload's series vanish
+//! with it.
+
+mod inventory;
+
+use crate::definition::LoadReport;
+use crate::index::Index;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The content type of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RpcLabels {
+    method: String,
+    code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    kind: String,
+    r#type: String,
+}
+
+type HistogramFamily = Family<MethodLabels, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 100 µs … ~6 s.
+    Histogram::new(exponential_buckets(0.0001, 2.5, 13))
+}
+
+/// The metrics of one server. Share it as `Arc<Metrics>`; every method takes `&self`.
+pub struct Metrics {
+    registry: Registry,
+    rpc_requests: Family<RpcLabels, Counter>,
+    rpc_duration: HistogramFamily,
+    watch_subscribers: Gauge,
+    watch_coalesced: Counter,
+    informer_events: Family<EventLabels, Counter>,
+    informer_restarts: Family<KindLabels, Counter>,
+    informer_errors: Family<KindLabels, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Metrics over `index` (read at scrape time) and the definition load `report`.
+    pub fn new(index: Arc<Index>, report: Arc<LoadReport>) -> Arc<Metrics> {
+        let mut registry = Registry::default();
+        let rpc_requests = Family::<RpcLabels, Counter>::default();
+        registry.register(
+            "kartograf_rpc_requests",
+            "RPCs handled, by method (request path) and gRPC status code",
+            rpc_requests.clone(),
+        );
+        let rpc_duration: HistogramFamily = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "kartograf_rpc_duration_seconds",
+            "Time from request to response headers, by method (for Watch: until the stream starts)",
+            rpc_duration.clone(),
+        );
+        let watch_subscribers = Gauge::default();
+        registry.register(
+            "kartograf_watch_subscribers",
+            "Open Watch streams",
+            watch_subscribers.clone(),
+        );
+        let watch_coalesced = Counter::default();
+        registry.register(
+            "kartograf_watch_coalesced",
+            "Watch changes merged into a later change of the same workload for a slow subscriber",
+            watch_coalesced.clone(),
+        );
+        let informer_events = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "kartograf_informer_events",
+            "Events received from cluster watches, by kind and event type",
+            informer_events.clone(),
+        );
+        let informer_restarts = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "kartograf_informer_restarts",
+            "Cluster watches restarted with a full relist, by kind",
+            informer_restarts.clone(),
+        );
+        let informer_errors = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "kartograf_informer_errors",
+            "Cluster watch errors, by kind",
+            informer_errors.clone(),
+        );
+        registry.register_collector(Box::new(inventory::Inventory { index, report }));
+        Arc::new(Metrics {
+            registry,
+            rpc_requests,
+            rpc_duration,
+            watch_subscribers,
+            watch_coalesced,
+            informer_events,
+            informer_restarts,
+            informer_errors,
+        })
+    }
+
+    /// Records one finished RPC.
+    pub fn rpc(&self, method: &str, code: tonic::Code, elapsed: Duration) {
+        let method = method.to_owned();
+        self.rpc_duration
+            .get_or_create(&MethodLabels {
+                method: method.clone(),
+            })
+            .observe(elapsed.as_secs_f64());
+        self.rpc_requests
+            .get_or_create(&RpcLabels {
+                method,
+                code: code_name(code),
+            })
+            .inc();
+    }
+
+    /// A Watch stream opened; the returned guard closes it when dropped.
+    pub fn watch_subscribed(self: &Arc<Self>) -> WatchSubscription {
+        self.watch_subscribers.inc();
+        WatchSubscription(self.clone())
+    }
+
+    /// A Watch stream closed (done by dropping [`WatchSubscription`]).
+    pub fn watch_unsubscribed(&self) {
+        self.watch_subscribers.dec();
+    }
+
+    /// `n` changes were merged into later ones for a slow Watch subscriber.
+    pub fn watch_coalesced(&self, n: usize) {
+        if n > 0 {
+            self.watch_coalesced.inc_by(n as u64);
+        }
+    }
+
+    /// A cluster watch of `kind` delivered an event (`event_type`: e.g. `apply`, `delete`,
+    /// `init_done`).
+    pub fn informer_event(&self, kind: &str, event_type: &str) {
+        self.informer_events
+            .get_or_create(&EventLabels {
+                kind: kind.to_owned(),
+                r#type: event_type.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A cluster watch of `kind` restarted (relist).
+    pub fn informer_restart(&self, kind: &str) {
+        self.informer_restarts
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A cluster watch of `kind` failed (it retries).
+    pub fn informer_error(&self, kind: &str) {
+        self.informer_errors
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Every metric, in the OpenMetrics text format ([`CONTENT_TYPE`]).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+}
+
+/// An open Watch stream; dropping it decrements `kartograf_watch_subscribers`.
+pub struct WatchSubscription(Arc<Metrics>);
+
+impl Drop for WatchSubscription {
+    fn drop(&mut self) {
+        self.0.watch_unsubscribed();
+    }
+}
+
+/// The canonical name of a gRPC status code (`OK`, `NOT_FOUND`, …).
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
