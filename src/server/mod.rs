@@ -3,10 +3,14 @@
 
 mod definitions;
 mod resolver;
+mod routes;
 mod watch;
+mod wire;
 
 pub use definitions::{DefinitionsService, LoadReport};
 pub use resolver::ResolverService;
+pub use routes::ResolverRoutes;
+pub use wire::{Frame, ResolveFrame, WatchFrame};
 
 use crate::index::Index;
 use crate::proto::v1 as pb;
@@ -100,9 +104,7 @@ pub async fn serve(
         })
     };
 
-    let resolver = pb::workload_resolver_server::WorkloadResolverServer::new(ResolverService::new(
-        shared.clone(),
-    ));
+    let resolver = ResolverRoutes::new(ResolverService::new(shared.clone()));
     let definitions =
         pb::definitions_server::DefinitionsServer::new(DefinitionsService::new(shared.clone()));
     let mut shutdown = shared.shutdown.clone();
