@@ -8,8 +8,10 @@
 //! evaluation ([`resolve::Prepared`]) is memoized per root version and catalog generation, so
 //! a pod change re-resolves without re-evaluating the root.
 
+mod published;
 mod query;
 
+pub use published::Published;
 pub use query::{AttributedPod, Filter, Sizes, TotalsKey};
 
 use crate::definition::Catalog;
@@ -27,6 +29,10 @@ use std::time::{Duration, Instant};
 /// How many changes the history keeps for `Watch` resume.
 pub const DEFAULT_HISTORY: usize = 10_000;
 
+/// A root object's labels (what label selectors read), shared between the current entry and
+/// the history.
+pub type Labels = Arc<[(String, String)]>;
+
 /// One change of one workload.
 #[derive(Debug, Clone)]
 pub struct Change {
@@ -34,8 +40,13 @@ pub struct Change {
     pub revision: u64,
     /// ADDED, MODIFIED or DELETED.
     pub kind: pb::EventType,
-    /// The graph (the last one, for DELETED).
-    pub workload: Arc<pb::Workload>,
+    /// The graph (the last one, for DELETED), with its shared wire encodings.
+    pub workload: Arc<Published>,
+    /// The root's labels after the change (the last ones, for DELETED).
+    pub labels: Labels,
+    /// The root's labels before the change (empty for ADDED): with `labels`, this tells a
+    /// label-filtered subscriber whether the workload enters or leaves its view.
+    pub previous: Labels,
 }
 
 /// A cached object or pod.
@@ -63,9 +74,9 @@ struct Entry {
 
 /// A root workload with its current graph.
 struct WorkloadEntry {
-    graph: Arc<pb::Workload>,
+    graph: Arc<Published>,
     placements: HashMap<String, pb::PodPlacement>,
-    labels: Vec<(String, String)>,
+    labels: Labels,
 }
 
 #[derive(Default)]
@@ -344,39 +355,42 @@ impl Index {
             });
             if !is_root {
                 if let Some(old) = st.workloads.remove(&uid) {
-                    self.publish(st, pb::EventType::Deleted, old.graph);
+                    let labels = old.labels.clone();
+                    self.publish(st, pb::EventType::Deleted, old.graph, labels, old.labels);
                     changed = true;
                 }
                 continue;
             }
             if let Some((graph, placements, labels)) = self.resolve_root(st, &uid, &catalog) {
-                let kind = if st.workloads.contains_key(&uid) {
+                let labels: Labels = labels.into();
+                let previous = st.workloads.get(&uid).map(|w| w.labels.clone());
+                let kind = if previous.is_some() {
                     pb::EventType::Modified
                 } else {
                     pb::EventType::Added
                 };
-                let same = st
-                    .workloads
-                    .get(&uid)
-                    .is_some_and(|w| same_graph(&w.graph, &graph));
+                // A label change alone is published too: label-filtered watchers see the
+                // workload enter or leave their view.
+                let same = st.workloads.get(&uid).is_some_and(|w| {
+                    same_graph(&w.graph, &graph) && w.labels.as_ref() == labels.as_ref()
+                });
                 if !same {
                     let mut graph = graph;
                     graph.revision = st.revision + 1;
-                    let graph = Arc::new(graph);
+                    let graph = Arc::new(Published::new(graph));
                     st.workloads.insert(
                         uid.clone(),
                         WorkloadEntry {
                             graph: graph.clone(),
                             placements,
-                            labels,
+                            labels: labels.clone(),
                         },
                     );
-                    self.publish(st, kind, graph);
+                    let previous = previous.unwrap_or_else(|| Arc::from([]));
+                    self.publish(st, kind, graph, labels, previous);
                     changed = true;
                 } else if let Some(w) = st.workloads.get_mut(&uid) {
-                    // Labels are not part of the graph but filters read them.
                     w.placements = placements;
-                    w.labels = labels;
                 }
             }
         }
@@ -385,13 +399,22 @@ impl Index {
         }
     }
 
-    fn publish(&self, st: &mut State, kind: pb::EventType, workload: Arc<pb::Workload>) {
+    fn publish(
+        &self,
+        st: &mut State,
+        kind: pb::EventType,
+        workload: Arc<Published>,
+        labels: Labels,
+        previous: Labels,
+    ) {
         st.revision += 1;
         let revision = st.revision;
         st.history.push_back(Change {
             revision,
             kind,
             workload,
+            labels,
+            previous,
         });
         while st.history.len() > self.history_cap {
             st.history.pop_front();

@@ -1,8 +1,8 @@
 //! Reading the index: lookups, filtered lists, totals and the change history.
 
-use super::{Cached, Change, Index, State, WorkloadEntry};
+use super::{Cached, Change, Index, Published, State, WorkloadEntry};
 use crate::proto::v1 as pb;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Which workloads a List or Watch wants.
@@ -22,12 +22,9 @@ impl Filter {
         parse_selector(&self.label_selector).map(|_| ())
     }
 
-    fn matches(&self, w: &pb::Workload, labels: &[(String, String)]) -> bool {
-        self.matches_scope(w)
-            && match parse_selector(&self.label_selector) {
-                Ok(reqs) => reqs.iter().all(|req| req.matches(labels)),
-                Err(_) => false,
-            }
+    /// The parsed label selector; one that does not parse matches nothing.
+    fn selector(&self) -> Selector {
+        Selector(parse_selector(&self.label_selector).ok())
     }
 
     /// Namespace and kind only.
@@ -51,6 +48,17 @@ impl Filter {
             }
         }
         true
+    }
+}
+
+/// A parsed label selector (`None`: invalid, matches nothing).
+struct Selector(Option<Vec<Requirement>>);
+
+impl Selector {
+    fn matches(&self, labels: &[(String, String)]) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|reqs| reqs.iter().all(|req| req.matches(labels)))
     }
 }
 
@@ -202,7 +210,7 @@ impl Index {
                     })
                     .collect();
                 pods.sort_by(|a, b| a.name.cmp(&b.name));
-                (w.graph.clone(), pods)
+                (w.graph.graph.clone(), pods)
             })
             .collect()
     }
@@ -215,6 +223,11 @@ impl Index {
 
     /// The workload with this uid, or this kind (case-insensitive, optional) / namespace / name.
     pub fn workload(&self, r: &pb::ObjectRef) -> Option<Arc<pb::Workload>> {
+        self.published(r).map(|p| p.graph.clone())
+    }
+
+    /// Like [`Index::workload`], with the graph's shared wire encodings.
+    pub fn published(&self, r: &pb::ObjectRef) -> Option<Arc<Published>> {
         let st = self.lock();
         if !r.uid.is_empty() {
             return st.workloads.get(&r.uid).map(|w| w.graph.clone());
@@ -250,6 +263,15 @@ impl Index {
         &self,
         r: &pb::ObjectRef,
     ) -> Result<(Arc<pb::Workload>, pb::PodPlacement), bool> {
+        self.published_of_pod(r)
+            .map(|(p, at)| (p.graph.clone(), at))
+    }
+
+    /// Like [`Index::workload_of_pod`], with the graph's shared wire encodings.
+    pub fn published_of_pod(
+        &self,
+        r: &pb::ObjectRef,
+    ) -> Result<(Arc<Published>, pb::PodPlacement), bool> {
         let st = self.lock();
         let uid = if r.uid.is_empty() {
             st.by_name
@@ -277,16 +299,17 @@ impl Index {
         limit: usize,
     ) -> (Vec<Arc<pb::Workload>>, bool, u64) {
         let st = self.lock();
+        let selector = filter.selector();
         let matching: Vec<&WorkloadEntry> = Self::entries_sorted(&st)
             .into_iter()
-            .filter(|w| filter.matches(&w.graph, &w.labels))
+            .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
             .collect();
         let more = matching.len() > offset + limit;
         let page = matching
             .into_iter()
             .skip(offset)
             .take(limit)
-            .map(|w| w.graph.clone())
+            .map(|w| w.graph.graph.clone())
             .collect();
         (page, more, st.revision)
     }
@@ -346,18 +369,23 @@ impl Index {
     }
 
     /// Every matching workload now, with the current revision (a Watch snapshot).
-    pub fn snapshot(&self, filter: &Filter) -> (Vec<Arc<pb::Workload>>, u64) {
+    pub fn snapshot(&self, filter: &Filter) -> (Vec<Arc<Published>>, u64) {
         let st = self.lock();
+        let selector = filter.selector();
         let all = Self::entries_sorted(&st)
             .into_iter()
-            .filter(|w| filter.matches(&w.graph, &w.labels))
+            .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
             .map(|w| w.graph.clone())
             .collect();
         (all, st.revision)
     }
 
-    /// The changes after `since` that match `filter`, coalesced to the latest per workload
-    /// (in revision order); `None` when `since` is older than the kept history.
+    /// What a subscriber filtered by `filter` and current to revision `since` must receive
+    /// to be current now, coalesced to the latest graph per workload (in revision order), with
+    /// the revision it is then current to; `None` when `since` is older than the kept
+    /// history. A workload that enters the filter's view (created, or its labels now match)
+    /// comes as ADDED, one that leaves it (deleted, or its labels no longer match) as DELETED
+    /// with its last graph, so deletions are never lost. Costs O(changes since `since`).
     pub fn changes_since(&self, since: u64, filter: &Filter) -> Option<(Vec<Change>, u64)> {
         self.changes_since_counted(since, filter)
             .map(|(changes, revision, _)| (changes, revision))
@@ -375,46 +403,40 @@ impl Index {
         if since + 1 < oldest && since < st.revision {
             return None;
         }
-        let mut latest: BTreeMap<String, Change> = BTreeMap::new();
+        let selector = filter.selector();
+        let start = st.history.partition_point(|c| c.revision <= since);
+        // uid -> (in the view at `since`, latest change).
+        let mut latest: HashMap<&str, (bool, &Change)> = HashMap::new();
         let mut matching = 0usize;
-        for c in st.history.iter().filter(|c| c.revision > since) {
-            let uid = c
-                .workload
-                .r#ref
-                .as_ref()
-                .map(|r| r.uid.clone())
-                .unwrap_or_default();
-            // Labels as the workload has them now; a deletion is delivered whenever the
-            // namespace and kind match (its labels are gone), so none is ever lost.
-            let labels = st
-                .workloads
-                .get(&uid)
-                .map(|w| w.labels.as_slice())
-                .unwrap_or(&[]);
-            let deleted = c.kind == pb::EventType::Deleted;
-            if !(filter.matches(&c.workload, labels)
-                || (deleted && filter.matches_scope(&c.workload)))
-            {
+        for c in st.history.range(start..) {
+            if !filter.matches_scope(&c.workload) {
                 continue;
             }
             matching += 1;
-            let merged = match latest.remove(&uid) {
-                // Added then modified is still an addition for this subscriber.
-                Some(prev)
-                    if prev.kind == pb::EventType::Added && c.kind == pb::EventType::Modified =>
-                {
-                    Change {
-                        kind: pb::EventType::Added,
-                        ..c.clone()
-                    }
-                }
-                _ => c.clone(),
-            };
-            latest.insert(uid, merged);
+            let uid = c.workload.r#ref.as_ref().map_or("", |r| r.uid.as_str());
+            latest
+                .entry(uid)
+                .and_modify(|(_, last)| *last = c)
+                .or_insert_with(|| {
+                    let before = c.kind != pb::EventType::Added && selector.matches(&c.previous);
+                    (before, c)
+                });
         }
-        let mut out: Vec<Change> = latest.into_values().collect();
+        let mut out: Vec<Change> = latest
+            .into_values()
+            .filter_map(|(before, c)| {
+                let after = c.kind != pb::EventType::Deleted && selector.matches(&c.labels);
+                let kind = match (before, after) {
+                    (false, false) => return None,
+                    (false, true) => pb::EventType::Added,
+                    (true, true) => pb::EventType::Modified,
+                    (true, false) => pb::EventType::Deleted,
+                };
+                Some(Change { kind, ..c.clone() })
+            })
+            .collect();
         out.sort_by_key(|c| c.revision);
-        let coalesced = matching - out.len();
+        let coalesced = matching.saturating_sub(out.len());
         Some((out, st.revision, coalesced))
     }
 }

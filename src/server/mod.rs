@@ -6,12 +6,16 @@ pub mod auth;
 mod definitions;
 mod observe;
 mod resolver;
+mod routes;
 mod watch;
+mod wire;
 
 pub use admission::Admission;
 pub use auth::Tokens;
 pub use definitions::{DefinitionsService, LoadReport};
 pub use resolver::ResolverService;
+pub use routes::ResolverRoutes;
+pub use wire::{Frame, ResolveFrame, WatchFrame};
 
 use crate::index::Index;
 use crate::metrics::Metrics;
@@ -211,10 +215,10 @@ pub async fn serve(
         })
     };
 
-    let resolver = pb::workload_resolver_server::WorkloadResolverServer::new(ResolverService::new(
-        shared.clone(),
-    ))
-    .max_decoding_message_size(settings.max_message_bytes);
+    let resolver = ResolverRoutes::new(
+        ResolverService::new(shared.clone()),
+        settings.max_message_bytes,
+    );
     let definitions =
         pb::definitions_server::DefinitionsServer::new(DefinitionsService::new(shared.clone()))
             .max_decoding_message_size(settings.max_message_bytes);

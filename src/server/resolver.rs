@@ -1,11 +1,15 @@
 //! `WorkloadResolver`: Resolve, List, Watch, Totals.
 
 use super::Shared;
+use super::watch::FrameStream;
+use super::wire::{Frame, ResolveFrame};
 use crate::expr::Limits;
 use crate::index::{Filter, TotalsKey};
 use crate::object::{Object, Pod};
 use crate::proto::v1 as pb;
 use crate::resolve;
+use bytes::Bytes;
+use prost::Message;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
@@ -37,7 +41,7 @@ impl ResolverService {
 }
 
 /// The graph as the requested view wants it.
-pub(super) fn view(graph: &Arc<pb::Workload>, view: i32) -> pb::Workload {
+fn view(graph: &Arc<pb::Workload>, view: i32) -> pb::Workload {
     let mut w = (**graph).clone();
     if view == pb::View::Summary as i32 {
         resolve::summarize(&mut w);
@@ -104,13 +108,9 @@ fn parse_json(text: &str, what: &str) -> Result<serde_json::Value, Status> {
         .map_err(|e| Status::invalid_argument(format!("{what} is not valid JSON: {e}")))
 }
 
-#[tonic::async_trait]
-impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
-    async fn resolve(
-        &self,
-        request: Request<pb::ResolveRequest>,
-    ) -> Result<Response<pb::ResolveResponse>, Status> {
-        let req = request.into_inner();
+impl ResolverService {
+    /// Answers `Resolve`; a cached workload is sent as its shared encoding.
+    pub(super) fn resolve_frame(&self, req: pb::ResolveRequest) -> Result<ResolveFrame, Status> {
         let index = &self.shared.index;
         match req.target {
             None => Err(Status::invalid_argument(
@@ -123,11 +123,11 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
                         "workload needs a uid, or a name (with namespace and kind)",
                     ));
                 }
-                if let Some(w) = index.workload(&r) {
-                    return Ok(Response::new(pb::ResolveResponse {
-                        workload: Some(view(&w, req.view)),
+                if let Some(w) = index.published(&r) {
+                    return Ok(ResolveFrame {
+                        workload: w.encoded(req.view),
                         pod: None,
-                    }));
+                    });
                 }
                 let catalog = index.catalog();
                 if !r.kind.is_empty() {
@@ -152,11 +152,11 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
             }
             Some(pb::resolve_request::Target::Pod(r)) => {
                 self.ready()?;
-                match index.workload_of_pod(&r) {
-                    Ok((w, placement)) => Ok(Response::new(pb::ResolveResponse {
-                        workload: Some(view(&w, req.view)),
+                match index.published_of_pod(&r) {
+                    Ok((w, placement)) => Ok(ResolveFrame {
+                        workload: w.encoded(req.view),
                         pod: Some(placement),
-                    })),
+                    }),
                     Err(true) => Err(Status::not_found(format!(
                         "pod {}/{} belongs to no known workload",
                         r.namespace, r.name
@@ -188,12 +188,40 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
                 if req.view == pb::View::Summary as i32 {
                     resolve::summarize(&mut w);
                 }
-                Ok(Response::new(pb::ResolveResponse {
-                    workload: Some(w),
+                Ok(ResolveFrame {
+                    workload: Bytes::from(w.encode_to_vec()),
                     pod: None,
-                }))
+                })
             }
         }
+    }
+
+    /// Starts a `Watch` subscriber.
+    pub(super) fn watch_frames(&self, req: pb::WatchRequest) -> Result<FrameStream, Status> {
+        self.ready()?;
+        let filter = checked_filter(req.namespace, req.kinds, req.label_selector)?;
+        Ok(super::watch::start(
+            self.shared.clone(),
+            filter,
+            req.since_revision,
+            req.view,
+        ))
+    }
+}
+
+/// The generated trait. The server routes `Resolve` and `Watch` past it (see
+/// [`super::routes`]) to send pre-encoded frames; these methods decode the same frames, so
+/// anything calling the trait directly gets identical answers.
+#[tonic::async_trait]
+impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
+    async fn resolve(
+        &self,
+        request: Request<pb::ResolveRequest>,
+    ) -> Result<Response<pb::ResolveResponse>, Status> {
+        let frame = self.resolve_frame(request.into_inner())?;
+        pb::ResolveResponse::decode(frame.to_vec().as_slice())
+            .map(Response::new)
+            .map_err(|e| Status::internal(format!("re-decoding a response: {e}")))
     }
 
     async fn list(
@@ -234,15 +262,9 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        self.ready()?;
-        let req = request.into_inner();
-        let filter = checked_filter(req.namespace, req.kinds, req.label_selector)?;
-        Ok(Response::new(super::watch::start(
-            self.shared.clone(),
-            filter,
-            req.since_revision,
-            req.view,
-        )))
+        let frames = self.watch_frames(request.into_inner())?;
+        let events = futures::StreamExt::map(frames, |f| f.and_then(|f| f.to_message()));
+        Ok(Response::new(Box::pin(events)))
     }
 
     async fn totals(

@@ -576,3 +576,94 @@ async fn the_server_agrees_with_offline_resolution_on_every_demo_workload() {
         assert_eq!(served.status, offline.status, "{name}");
     }
 }
+
+/// Reads up to SYNCED; returns the names of the ADDED workloads and SYNCED's revision.
+async fn read_snapshot(stream: &mut tonic::Streaming<pb::WatchEvent>) -> (Vec<String>, u64) {
+    let mut names = Vec::new();
+    loop {
+        let e = next_event(stream, 10).await;
+        if e.r#type == pb::EventType::Synced as i32 {
+            return (names, e.revision);
+        }
+        assert_eq!(e.r#type, pb::EventType::Added as i32);
+        names.push(e.workload.unwrap().r#ref.unwrap().name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_change_moves_a_workload_out_of_and_into_a_filtered_watch() {
+    let mut h = start(1000).await;
+    let selected = pb::WatchRequest {
+        namespace: "serving".into(),
+        label_selector: "app=web".into(),
+        ..Default::default()
+    };
+    let mut filtered = h.client.watch(selected.clone()).await.unwrap().into_inner();
+    let mut all = h
+        .client
+        .watch(pb::WatchRequest {
+            namespace: "serving".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (names, synced_at) = read_snapshot(&mut filtered).await;
+    assert_eq!(names, ["web"], "only the Deployment labelled app=web");
+    read_snapshot(&mut all).await;
+
+    // Relabel the Deployment (its metadata labels come first in the file, before the
+    // selector's matchLabels).
+    let path = h.dir.join("deployment.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let relabelled = text.replacen("    app: web\n", "    app: retired\n", 1);
+    assert_ne!(relabelled, text);
+    std::fs::write(&path, &relabelled).unwrap();
+    let e = next_event(&mut filtered, 15).await;
+    assert_eq!(
+        e.r#type,
+        pb::EventType::Deleted as i32,
+        "left the view: {e:?}"
+    );
+    assert_eq!(e.workload.unwrap().r#ref.unwrap().name, "web");
+    // An unfiltered subscriber still has it: for it this is a modification.
+    let e = wait_for(&mut all, pb::EventType::Modified, "web").await;
+    let left_at = e.revision;
+
+    // Resuming from before the relabel also learns that it left.
+    let mut resumed = h
+        .client
+        .watch(pb::WatchRequest {
+            since_revision: synced_at,
+            ..selected.clone()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let e = next_event(&mut resumed, 10).await;
+    assert_eq!(e.r#type, pb::EventType::Deleted as i32);
+    assert_eq!(e.revision, left_at);
+
+    // Labelled back: it enters the view again as ADDED.
+    std::fs::write(&path, &text).unwrap();
+    let e = next_event(&mut filtered, 15).await;
+    assert_eq!(
+        e.r#type,
+        pb::EventType::Added as i32,
+        "entered the view: {e:?}"
+    );
+    assert_eq!(e.workload.unwrap().r#ref.unwrap().name, "web");
+
+    // Resuming from after it left: it comes back as ADDED, not as a modification.
+    let mut late = h
+        .client
+        .watch(pb::WatchRequest {
+            since_revision: left_at,
+            ..selected
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let e = next_event(&mut late, 10).await;
+    assert_eq!(e.r#type, pb::EventType::Added as i32);
+}
