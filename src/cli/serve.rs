@@ -22,6 +22,10 @@ pub struct Args {
     /// config).
     #[arg(long, env = "KARTOGRAF_MANIFESTS", value_name = "DIR")]
     pub manifests: Option<PathBuf>,
+    /// Read only this namespace from Kubernetes (namespace sharding: one Deployment per
+    /// namespace, clients routed by namespace). Default: all namespaces.
+    #[arg(long, env = "KARTOGRAF_NAMESPACE", value_name = "NS")]
+    pub namespace: Option<String>,
     /// How often kinds the cluster does not serve yet are looked up again.
     #[arg(long, env = "KARTOGRAF_REDISCOVER", default_value = "30s", value_parser = super::resolve::parse_duration)]
     pub rediscover: Duration,
@@ -164,6 +168,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
             let settings = kube::Settings {
                 rediscover: args.rediscover,
                 metrics: Some(shared.metrics.clone()),
+                namespace: args.namespace.clone(),
                 ..kube::Settings::default()
             };
             tokio::spawn(kube::run(

@@ -102,6 +102,9 @@ pub struct Settings {
     pub startup_attempts: u32,
     /// Where informer events, restarts and errors are counted.
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Only objects and pods of this namespace (namespace sharding); Karta objects, being
+    /// cluster-scoped, are always all read.
+    pub namespace: Option<String>,
 }
 
 impl Default for Settings {
@@ -111,6 +114,7 @@ impl Default for Settings {
             backoff: Backoff::default(),
             startup_attempts: 3,
             metrics: None,
+            namespace: None,
         }
     }
 }
@@ -389,7 +393,12 @@ pub async fn run(
 
 /// One kind's watcher task in its mode.
 async fn watch_kind(ctx: Arc<Ctx>, ar: ApiResource, mode: Mode) {
-    let config = watcher::Config::default();
+    let mut config = watcher::Config::default();
+    if mode != Mode::Definitions
+        && let Some(ns) = &ctx.settings.namespace
+    {
+        config = config.fields(&format!("metadata.namespace={ns}"));
+    }
     match mode {
         Mode::Metadata => {
             let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(ctx.client.clone(), &ar);

@@ -44,7 +44,8 @@ struct State {
     /// (rv, path, type, object) of every event, for watch replay.
     log: Vec<(u64, String, &'static str, Value)>,
     /// Open watch streams: path, metadata-only, sender.
-    watchers: Vec<(String, bool, mpsc::UnboundedSender<Bytes>)>,
+    /// (path, metadata only, `metadata.namespace` field selector, sender).
+    watchers: Vec<(String, bool, Option<String>, mpsc::UnboundedSender<Bytes>)>,
     /// Requests seen.
     requests: Vec<Seen>,
     /// Scripted failures of the next list requests per path: (status code, Retry-After
@@ -230,9 +231,14 @@ impl FakeApiServer {
 
     fn emit(st: &mut State, path: &str, rv: u64, kind: &'static str, obj: Value) {
         let (full, meta) = (line(kind, &obj, false), line(kind, &obj, true));
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         st.log.push((rv, path.to_owned(), kind, obj));
-        st.watchers.retain(|(p, m, tx)| {
+        st.watchers.retain(|(p, m, only, tx)| {
             p != path
+                || only.as_ref().is_some_and(|o| *o != ns)
                 || tx
                     .send(if *m { meta.clone() } else { full.clone() })
                     .is_ok()
@@ -271,7 +277,7 @@ impl FakeApiServer {
             .iter()
             .map(|(p, r)| (p.clone(), (r.group_version.clone(), r.kind.clone())))
             .collect();
-        st.watchers.retain(|(p, m, tx)| {
+        st.watchers.retain(|(p, m, _, tx)| {
             let (av, kind) = kinds.get(p).cloned().unwrap_or_default();
             let obj = json!({"apiVersion": av, "kind": kind, "metadata": {"resourceVersion": rv}});
             tx.send(line("BOOKMARK", &obj, *m)).is_ok()
@@ -291,7 +297,7 @@ impl FakeApiServer {
             &status(410, "Expired", "too old resource version"),
             false,
         );
-        st.watchers.retain(|(p, _, tx)| {
+        st.watchers.retain(|(p, _, _, tx)| {
             if p == path {
                 let _ = tx.send(gone.clone());
                 false
@@ -303,7 +309,7 @@ impl FakeApiServer {
 
     /// Ends every open watch stream of `path` (a dropped connection).
     pub fn drop_watches(&self, path: &str) {
-        self.lock().watchers.retain(|(p, _, _)| p != path);
+        self.lock().watchers.retain(|(p, _, _, _)| p != path);
     }
 
     /// Number of list / watch requests seen for `path`.
@@ -320,7 +326,7 @@ impl FakeApiServer {
         self.lock()
             .watchers
             .iter()
-            .filter(|(p, _, tx)| p == path && !tx.is_closed())
+            .filter(|(p, _, _, tx)| p == path && !tx.is_closed())
             .count()
     }
 
@@ -350,6 +356,16 @@ impl FakeApiServer {
             .filter_map(|kv| kv.split_once('='))
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
+        // `fieldSelector=metadata.namespace=NS` (the only field selector kartograf sends).
+        let only: Option<String> = query.get("fieldSelector").and_then(|f| {
+            let f = f.replace("%3D", "=").replace("%3d", "=");
+            f.strip_prefix("metadata.namespace=")
+                .map(|ns| ns.trim_start_matches('=').to_owned())
+        });
+        let in_scope = |obj: &Value| {
+            only.as_ref()
+                .is_none_or(|ns| obj["metadata"]["namespace"].as_str() == Some(ns.as_str()))
+        };
         let mut st = self.lock();
         // Discovery.
         let gv = path
@@ -401,11 +417,21 @@ impl FakeApiServer {
         };
         if !watch {
             let list = if metadata {
-                let items: Vec<Value> = res.objects.values().map(partial).collect();
+                let items: Vec<Value> = res
+                    .objects
+                    .values()
+                    .filter(|o| in_scope(o))
+                    .map(partial)
+                    .collect();
                 json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
                        "metadata": {"resourceVersion": rv.to_string()}, "items": items})
             } else {
-                let items: Vec<Value> = res.objects.values().cloned().collect();
+                let items: Vec<Value> = res
+                    .objects
+                    .values()
+                    .filter(|o| in_scope(o))
+                    .cloned()
+                    .collect();
                 json!({"apiVersion": res.group_version, "kind": format!("{}List", res.kind),
                        "metadata": {"resourceVersion": rv.to_string()}, "items": items})
             };
@@ -425,11 +451,11 @@ impl FakeApiServer {
             drop(tx);
         } else {
             for (at, p, kind, obj) in &st.log {
-                if *at > from && *p == path {
+                if *at > from && *p == path && in_scope(obj) {
                     let _ = tx.send(line(kind, obj, metadata));
                 }
             }
-            st.watchers.push((path, metadata, tx));
+            st.watchers.push((path, metadata, only, tx));
         }
         let body = StreamBody::new(
             UnboundedReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b))),

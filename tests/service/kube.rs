@@ -80,6 +80,7 @@ fn settings(rediscover: Duration) -> source::Settings {
         },
         startup_attempts: 3,
         metrics: None,
+        namespace: None,
     }
 }
 
@@ -781,4 +782,48 @@ fn secrets_and_config_maps_are_never_watched_even_if_a_definition_names_them() {
             .keys()
             .any(|(g, k)| g.is_empty() && (k == "Secret" || k == "ConfigMap"))
     );
+}
+
+fn batch_job(namespace: &str, name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "uid": format!("{namespace}-{name}")},
+        "spec": {"parallelism": 1, "completions": 1,
+                 "template": {"spec": {"containers": [{"name": "c"}]}}},
+        "status": {}
+    })
+}
+
+fn job(index: &Index, namespace: &str, name: &str) -> Option<Arc<pb::Workload>> {
+    index.workload(&pb::ObjectRef {
+        kind: "Job".into(),
+        namespace: namespace.into(),
+        name: name.into(),
+        ..Default::default()
+    })
+}
+
+#[tokio::test]
+async fn kube_namespace_sharding_reads_only_its_namespace() {
+    for http in [false, true] {
+        let fake = cluster(true);
+        fake.upsert(batch_job("other", "elsewhere"));
+        let mut s = settings(Duration::from_secs(60));
+        s.namespace = Some("ml".to_owned());
+        let (index, _report, _running) = start_with(client(&fake, http).await, s);
+        eventually("the first sync", || index.synced()).await;
+        assert_eq!(current_pods(&index), 3, "the ml JobSet is served");
+        assert!(
+            job(&index, "other", "elsewhere").is_none(),
+            "listed from another namespace"
+        );
+        // Watch events: another namespace is ignored, the shard's own arrive.
+        fake.upsert(batch_job("other", "later"));
+        fake.upsert(batch_job("ml", "mine"));
+        eventually("the ml Job", || job(&index, "ml", "mine").is_some()).await;
+        assert!(
+            job(&index, "other", "later").is_none(),
+            "watched from another namespace"
+        );
+    }
 }
