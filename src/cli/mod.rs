@@ -60,8 +60,8 @@ pub enum Format {
 /// Commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the gRPC service over a cluster (today: a watched manifest directory).
-    Serve(serve::Args),
+    /// Run the gRPC service over a cluster (Kubernetes, or a watched manifest directory).
+    Serve(Box<serve::Args>),
     /// List workloads from a running server, like `kubectl get`.
     Get(client::GetArgs),
     /// Show one workload's graph from a running server.
@@ -108,7 +108,7 @@ pub fn run(cli: Cli) -> ExitCode {
         crate::telemetry::init(&logging, "warn", false);
     }
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args, &logging),
+        Command::Serve(args) => serve::run(*args, &logging),
         Command::Get(args) => client::get(args),
         Command::Describe(args) => client::describe(args),
         Command::Watch(args) => client::watch(args),
