@@ -47,7 +47,7 @@ pub struct Args {
     /// Concurrent requests before new ones are shed with RESOURCE_EXHAUSTED.
     #[arg(long, env = "KARTOGRAF_CONCURRENCY_LIMIT", default_value_t = 1024)]
     pub concurrency_limit: usize,
-    /// Largest request message accepted, in bytes (larger ones fail with RESOURCE_EXHAUSTED).
+    /// Largest request message accepted, in bytes (larger ones fail with OUT_OF_RANGE).
     #[arg(long, env = "KARTOGRAF_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024)]
     pub max_message_bytes: usize,
     /// HTTP/2 keepalive ping interval; 0 turns pings off.
@@ -225,8 +225,20 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
             }),
         tokens,
     };
-    let server = tokio::spawn(server::serve(listener, shared, settings));
-    wait_for_signal().await;
+    let mut server = tokio::spawn(server::serve(listener, shared, settings));
+    // A server that stops on its own (bad TLS files, a failed listener) ends the process
+    // with its error instead of leaving the admin port reporting a healthy process.
+    tokio::select! {
+        () = wait_for_signal() => {}
+        ended = &mut server => {
+            admin.abort();
+            return match ended {
+                Ok(Ok(())) => Err(anyhow::anyhow!("the gRPC server stopped unexpectedly")),
+                Ok(Err(e)) => Err(anyhow::anyhow!("gRPC server failed: {e}")),
+                Err(e) => Err(anyhow::anyhow!("gRPC server task failed: {e}")),
+            };
+        }
+    }
     tracing::info!("kartograf shutting down");
     let _ = shutdown_tx.send(true);
     let outcome = tokio::time::timeout(Duration::from_secs(10), server).await;

@@ -23,6 +23,7 @@ use crate::resolve::{self, Prepared};
 use arc_swap::ArcSwap;
 use serde_json::Value as Json;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -122,14 +123,29 @@ pub struct Index {
     resolve_timeout: Duration,
     prepared: moka::sync::Cache<PreparedKey, Arc<Prepared>>,
     revision_tx: tokio::sync::watch::Sender<u64>,
+    /// Mirrors `pending_sources.is_empty()` so health and readiness never wait for the lock.
+    synced: AtomicBool,
+}
+
+/// Where this process's revisions start: a random multiple of 2^32, so a `since_revision`
+/// from another replica or an earlier run is (almost surely) outside this index's history
+/// and gets RESET instead of a wrong resume.
+fn revision_epoch() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    ((random % (1 << 20)) + 1) << 32
 }
 
 impl Index {
     /// An empty index over `catalog`. `sources` names the sources whose first full sync must
     /// finish before the index reports itself synced.
     pub fn new(catalog: Catalog, sources: &[&str]) -> Index {
-        let (revision_tx, _) = tokio::sync::watch::channel(0);
+        let epoch = revision_epoch();
+        let (revision_tx, _) = tokio::sync::watch::channel(epoch);
         let state = State {
+            revision: epoch,
             pending_sources: sources.iter().map(|s| (*s).to_owned()).collect(),
             ..State::default()
         };
@@ -141,6 +157,7 @@ impl Index {
             resolve_timeout: Duration::from_secs(2),
             prepared: moka::sync::Cache::builder().max_capacity(100_000).build(),
             revision_tx,
+            synced: AtomicBool::new(sources.is_empty()),
         }
     }
 
@@ -183,13 +200,16 @@ impl Index {
 
     /// True once every source finished its first full sync.
     pub fn synced(&self) -> bool {
-        self.lock().pending_sources.is_empty()
+        self.synced.load(Ordering::Acquire)
     }
 
     /// Marks a source's first full sync done.
     pub fn mark_synced(&self, source: &str) {
         let mut st = self.lock();
         st.pending_sources.remove(source);
+        if st.pending_sources.is_empty() {
+            self.synced.store(true, Ordering::Release);
+        }
     }
 
     /// Adds or replaces one object (any kind; pods are recognised by kind) from `source`.

@@ -400,32 +400,40 @@ impl Index {
     ) -> Option<(Vec<Change>, u64, usize)> {
         let st = self.lock();
         let oldest = st.history.front().map_or(st.revision + 1, |c| c.revision);
-        if since + 1 < oldest && since < st.revision {
+        // Older than the history, or from another replica or run (revisions start at a
+        // per-process epoch): RESET.
+        if (since + 1 < oldest && since < st.revision) || since > st.revision {
             return None;
         }
         let selector = filter.selector();
         let start = st.history.partition_point(|c| c.revision <= since);
-        // uid -> (in the view at `since`, latest change).
-        let mut latest: HashMap<&str, (bool, &Change)> = HashMap::new();
+        // uid -> (in the view at `since`, latest change, changes merged into it).
+        let mut latest: HashMap<&str, (bool, &Change, usize)> = HashMap::new();
         let mut matching = 0usize;
         for c in st.history.range(start..) {
             if !filter.matches_scope(&c.workload) {
                 continue;
             }
-            matching += 1;
             let uid = c.workload.r#ref.as_ref().map_or("", |r| r.uid.as_str());
             latest
                 .entry(uid)
-                .and_modify(|(_, last)| *last = c)
+                .and_modify(|(_, last, n)| {
+                    *last = c;
+                    *n += 1;
+                })
                 .or_insert_with(|| {
                     let before = c.kind != pb::EventType::Added && selector.matches(&c.previous);
-                    (before, c)
+                    (before, c, 1)
                 });
         }
         let mut out: Vec<Change> = latest
             .into_values()
-            .filter_map(|(before, c)| {
+            .filter_map(|(before, c, n)| {
                 let after = c.kind != pb::EventType::Deleted && selector.matches(&c.labels);
+                if before || after {
+                    // Only changes this subscriber could see count as coalesced.
+                    matching += n;
+                }
                 let kind = match (before, after) {
                     (false, false) => return None,
                     (false, true) => pb::EventType::Added,

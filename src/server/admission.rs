@@ -1,8 +1,8 @@
 //! Admission in front of every service: bearer-token checks and a global concurrency limit
-//! that sheds (RESOURCE_EXHAUSTED) instead of queueing. Health checks skip both, so kubelet
-//! probes keep answering while the server is saturated.
+//! that sheds (RESOURCE_EXHAUSTED) instead of queueing. Health `Check` skips both, so
+//! kubelet probes keep answering while the server is saturated.
 
-use super::auth::{HEALTH_PREFIX, Tokens};
+use super::auth::{HEALTH_CHECK, Tokens};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -69,7 +69,7 @@ where
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         let path = request.uri().path();
-        let health = path.starts_with(HEALTH_PREFIX);
+        let health = path == HEALTH_CHECK;
         if let Some(tokens) = &self.admission.tokens {
             let header = request.headers().get("authorization").map(|v| v.as_bytes());
             if let Err(status) = tokens.authorize(path, header) {

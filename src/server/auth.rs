@@ -7,8 +7,9 @@
 //! ```
 //!
 //! Scopes name the services a token may call: `resolver` (`kartograf.v1.WorkloadResolver`),
-//! `definitions` (`kartograf.v1.Definitions`) or `*` (everything, the default). Health is
-//! always open (kubelet probes); reflection needs any valid token. The file is re-read when
+//! `definitions` (`kartograf.v1.Definitions`) or `*` (everything, the default). Health
+//! `Check` is always open (kubelet probes); everything else, reflection and health `Watch`
+//! included, needs a valid token. The file is re-read when
 //! its content changes; a file that no longer parses keeps the last good set. Tokens are kept
 //! only as SHA-256 digests and are never logged: errors name the line, not the token.
 
@@ -19,8 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tonic::Status;
 
-/// The gRPC service prefix of health checks, which never need a token.
-pub const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
+/// The health check method, which never needs a token (kubelet probes send none). Health
+/// `Watch` streams do.
+pub const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
 
 type Digest = [u8; 32];
 
@@ -166,6 +168,12 @@ impl Tokens {
             return false;
         }
         match parse(&String::from_utf8_lossy(&content)) {
+            Ok(set) if set.by_digest.is_empty() => {
+                // Most likely a half-written file: revoking everyone is never what was meant.
+                tracing::warn!(file = %self.path.display(), "token file now has no tokens; keeping the previous tokens");
+                *last = content;
+                false
+            }
             Ok(set) => {
                 tracing::info!(file = %self.path.display(), tokens = set.by_digest.len(), "token file reloaded");
                 self.set.store(Arc::new(set));
@@ -196,7 +204,7 @@ impl Tokens {
 
     /// Decides whether a call to `path` with this `authorization` header may proceed.
     pub fn authorize(&self, path: &str, authorization: Option<&[u8]>) -> Result<(), Status> {
-        if path.starts_with(HEALTH_PREFIX) {
+        if path == HEALTH_CHECK {
             return Ok(());
         }
         let Some(header) = authorization else {

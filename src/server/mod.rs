@@ -174,26 +174,27 @@ pub async fn serve(
         .build_v1alpha()?;
 
     // Health follows the index: NOT_SERVING until every source synced, and again at shutdown.
+    // Set before the listener serves anything (the reporter starts with "" SERVING).
+    let names = [
+        "",
+        "kartograf.v1.WorkloadResolver",
+        "kartograf.v1.Definitions",
+    ];
+    for n in names {
+        reporter
+            .set_service_status(n, tonic_health::ServingStatus::NotServing)
+            .await;
+    }
+    // `liveness` answers SERVING while the process runs: a liveness probe must not fail
+    // during a long first sync.
+    reporter
+        .set_service_status(LIVENESS, tonic_health::ServingStatus::Serving)
+        .await;
     let health_task = {
         let index = shared.index.clone();
         let mut shutdown = shared.shutdown.clone();
         tokio::spawn(async move {
-            let names = [
-                "",
-                "kartograf.v1.WorkloadResolver",
-                "kartograf.v1.Definitions",
-            ];
-            // `liveness` answers SERVING while the process runs: a liveness probe must not
-            // fail during a long first sync.
-            reporter
-                .set_service_status(LIVENESS, tonic_health::ServingStatus::Serving)
-                .await;
             let mut serving = false;
-            for n in names {
-                reporter
-                    .set_service_status(n, tonic_health::ServingStatus::NotServing)
-                    .await;
-            }
             loop {
                 let now = index.synced() && !*shutdown.borrow();
                 if now != serving {

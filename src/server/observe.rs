@@ -52,9 +52,33 @@ pub struct RpcService<S> {
 }
 
 /// Records the RPC when dropped: with the code set on completion, or CANCELLED.
+/// Every method the server answers; any other path is counted as `unknown`, so callers
+/// (authenticated or not) cannot grow the label set.
+const KNOWN_METHODS: &[&str] = &[
+    "/kartograf.v1.WorkloadResolver/Resolve",
+    "/kartograf.v1.WorkloadResolver/List",
+    "/kartograf.v1.WorkloadResolver/Watch",
+    "/kartograf.v1.WorkloadResolver/Totals",
+    "/kartograf.v1.Definitions/ListDefinitions",
+    "/kartograf.v1.Definitions/ValidateDefinition",
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
+
+/// The metric and span name of a request path.
+fn method_label(path: &str) -> &'static str {
+    KNOWN_METHODS
+        .iter()
+        .find(|m| **m == path)
+        .copied()
+        .unwrap_or("unknown")
+}
+
 struct Outcome {
     metrics: Arc<Metrics>,
-    method: String,
+    method: &'static str,
     start: Instant,
     span: tracing::Span,
     code: Option<Code>,
@@ -64,12 +88,7 @@ impl Drop for Outcome {
     fn drop(&mut self) {
         let code = self.code.unwrap_or(Code::Cancelled);
         let elapsed = self.start.elapsed();
-        let method = if code == Code::Unimplemented {
-            "unknown"
-        } else {
-            &self.method
-        };
-        self.metrics.rpc(method, code, elapsed);
+        self.metrics.rpc(self.method, code, elapsed);
         self.span.record("rpc.grpc.status_code", code_name(code));
         self.span
             .record("duration_ms", elapsed.as_secs_f64() * 1000.0);
@@ -99,13 +118,13 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let method = request.uri().path().to_owned();
+        let method = method_label(request.uri().path());
         let span = tracing::info_span!(
             "rpc",
-            otel.name = %method,
+            otel.name = method,
             otel.kind = "server",
             rpc.system = "grpc",
-            rpc.method = %method,
+            rpc.method = method,
             rpc.grpc.status_code = tracing::field::Empty,
             duration_ms = tracing::field::Empty,
         );
@@ -142,5 +161,26 @@ where
             }
             .instrument(span),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::method_label;
+
+    #[test]
+    fn only_known_methods_become_labels() {
+        assert_eq!(
+            method_label("/kartograf.v1.WorkloadResolver/Resolve"),
+            "/kartograf.v1.WorkloadResolver/Resolve"
+        );
+        for path in [
+            "/x1",
+            "/kartograf.v1.WorkloadResolver/Nope",
+            "//kartograf.v1.WorkloadResolver/Resolve",
+            "",
+        ] {
+            assert_eq!(method_label(path), "unknown", "{path}");
+        }
     }
 }

@@ -644,6 +644,10 @@ fn to_json<K: serde::Serialize>(obj: &K, ar: &ApiResource) -> Option<Json> {
 pub fn sanitize(json: &mut Json) {
     if let Some(meta) = json.get_mut("metadata").and_then(Json::as_object_mut) {
         meta.remove("managedFields");
+        // kubectl's copy of the whole applied object, env values included.
+        if let Some(a) = meta.get_mut("annotations").and_then(Json::as_object_mut) {
+            a.remove("kubectl.kubernetes.io/last-applied-configuration");
+        }
     }
     let is_pod = json.get("kind").and_then(Json::as_str) == Some("Pod")
         && json.get("apiVersion").and_then(Json::as_str) == Some("v1");
