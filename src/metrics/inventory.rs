@@ -136,16 +136,18 @@ impl Collector for Inventory {
             .iter()
             .map(|(w, _)| w.r#ref.clone().unwrap_or_default())
             .collect();
+        // `api_version` keeps same-named kinds of different API groups apart.
         let id = |r: &pb::ObjectRef| {
             [
                 ("namespace", r.namespace.clone()),
                 ("kind", r.kind.clone()),
                 ("name", r.name.clone()),
+                ("api_version", r.api_version.clone()),
             ]
         };
         let with = |r: &pb::ObjectRef, k: &'static str, v: String| {
-            let [a, b, c] = id(r);
-            [a, b, c, (k, v)]
+            let [a, b, c, d] = id(r);
+            [a, b, c, d, (k, v)]
         };
         gauges(
             e,
