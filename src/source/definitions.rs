@@ -20,6 +20,9 @@ use std::sync::{Arc, Mutex};
 /// One Karta object of the cluster: its last good definitions and current errors.
 struct ClusterKarta {
     origin: String,
+    /// The `spec` last compiled, to skip events that change nothing (status, labels,
+    /// a relist of the same objects).
+    spec: Json,
     good: Vec<Arc<Definition>>,
     errors: Vec<DefinitionError>,
 }
@@ -63,7 +66,16 @@ impl Layers {
 
     /// Adds or replaces the Karta object `key` (`origin` labels its definitions and errors,
     /// e.g. `cluster:my-karta`). An invalid object keeps its last good definitions.
-    pub fn apply_cluster(&mut self, key: &str, origin: &str, object: &Json) {
+    /// Returns false (and does nothing) when the object's `spec` is the one last compiled.
+    pub fn apply_cluster(&mut self, key: &str, origin: &str, object: &Json) -> bool {
+        let spec = object.get("spec").cloned().unwrap_or(Json::Null);
+        if self
+            .cluster
+            .get(key)
+            .is_some_and(|k| k.origin == origin && k.spec == spec)
+        {
+            return false;
+        }
         let (parsed, mut errors) = match load::parse_document(object, origin, "") {
             Ok(p) => (vec![p], Vec::new()),
             Err(e) => (Vec::new(), vec![e]),
@@ -78,14 +90,17 @@ impl Layers {
             .entry(key.to_owned())
             .or_insert_with(|| ClusterKarta {
                 origin: origin.to_owned(),
+                spec: Json::Null,
                 good: Vec::new(),
                 errors: Vec::new(),
             });
         entry.origin = origin.to_owned();
+        entry.spec = spec;
         if errors.is_empty() {
             entry.good = defs;
         }
         entry.errors = errors;
+        true
     }
 
     /// Removes the Karta object `key` and its definitions.
@@ -96,13 +111,17 @@ impl Layers {
     /// Replaces the whole cluster layer with `objects` (`(key, origin, object)`, a full
     /// list): objects not in it are removed; ones already known keep their last good
     /// definitions if the new version fails.
-    pub fn reset_cluster(&mut self, objects: &[(String, String, Json)]) {
+    /// Returns whether anything changed.
+    pub fn reset_cluster(&mut self, objects: &[(String, String, Json)]) -> bool {
         let keep: std::collections::HashSet<&str> =
             objects.iter().map(|(k, _, _)| k.as_str()).collect();
+        let before = self.cluster.len();
         self.cluster.retain(|k, _| keep.contains(k.as_str()));
+        let mut changed = self.cluster.len() != before;
         for (key, origin, object) in objects {
-            self.apply_cluster(key, origin, object);
+            changed |= self.apply_cluster(key, origin, object);
         }
+        changed
     }
 
     /// The next catalog (higher generation) and every current error. Two Karta objects with
@@ -168,9 +187,13 @@ impl Publisher {
 
     /// Applies `change` to the layers, then rebuilds and publishes (under one lock, so
     /// concurrent sources publish in order and none overwrites another's layer).
-    pub fn update(&self, change: impl FnOnce(&mut Layers)) {
+    /// A `change` returning `false` means nothing changed: no new catalog is published
+    /// (every other return type always publishes).
+    pub fn update<R: Changed>(&self, change: impl FnOnce(&mut Layers) -> R) {
         let mut layers = self.layers.lock().unwrap_or_else(|e| e.into_inner());
-        change(&mut layers);
+        if !change(&mut layers).changed() {
+            return;
+        }
         let (catalog, errors) = layers.build();
         let generation = catalog.generation();
         tracing::info!(
@@ -187,6 +210,24 @@ impl Publisher {
     /// Sees the generation of every published catalog.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.generation.subscribe()
+    }
+}
+
+/// What a [`Publisher::update`] change reports: `()` always publishes, a `bool` only when true.
+pub trait Changed {
+    /// Whether to publish.
+    fn changed(&self) -> bool;
+}
+
+impl Changed for () {
+    fn changed(&self) -> bool {
+        true
+    }
+}
+
+impl Changed for bool {
+    fn changed(&self) -> bool {
+        *self
     }
 }
 

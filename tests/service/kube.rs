@@ -829,3 +829,35 @@ async fn kube_namespace_sharding_reads_only_its_namespace() {
         );
     }
 }
+
+#[test]
+fn karta_events_that_change_no_spec_publish_nothing() {
+    let index = Arc::new(Index::new(Catalog::default(), &[]));
+    let report = Arc::new(LoadReport::default());
+    let publisher = Publisher::new(Layers::new(), index.clone(), report);
+    publisher.update(|_| {});
+    let mut karta = widget_karta("widgets", KARTA_UID, ".spec.replicas");
+    publisher.update(|l| l.apply_cluster(KARTA_UID, "cluster:widgets", &karta));
+    let generation = index.catalog().generation();
+    // The same object again (a relist), then only its status and labels changed.
+    publisher.update(|l| l.apply_cluster(KARTA_UID, "cluster:widgets", &karta));
+    karta["status"] = json!({"observedGeneration": 7});
+    karta["metadata"]["labels"] = json!({"team": "ml"});
+    publisher.update(|l| l.apply_cluster(KARTA_UID, "cluster:widgets", &karta));
+    publisher.update(|l| {
+        l.reset_cluster(&[(
+            KARTA_UID.to_owned(),
+            "cluster:widgets".to_owned(),
+            karta.clone(),
+        )])
+    });
+    assert_eq!(
+        index.catalog().generation(),
+        generation,
+        "nothing was republished"
+    );
+    // A spec change is compiled and published.
+    let edited = widget_karta("widgets", KARTA_UID, ".spec.replicas // 2");
+    publisher.update(|l| l.apply_cluster(KARTA_UID, "cluster:widgets", &edited));
+    assert!(index.catalog().generation() > generation);
+}
