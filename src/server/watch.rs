@@ -1,17 +1,22 @@
-//! `Watch`: a snapshot (ADDED…, SYNCED), then changes. Each subscriber has its own task and
-//! a small bounded channel; while it is slow, changes pile up only in the shared, bounded
-//! history and reach it coalesced to the latest graph per workload. A subscriber that falls
-//! out of the history gets RESET and a fresh snapshot. Nobody waits for a slow subscriber.
-//! Events carry each graph version's shared encoding: a change is encoded once per view,
-//! whatever the number of subscribers.
+//! `Watch`: a snapshot (ADDED…, SYNCED), then changes. A subscriber is the response stream
+//! itself: no task, no channel. When the transport polls it for the next frame it reads the
+//! index from its cursor; a new revision only wakes it. While it is slow (not polled: HTTP/2
+//! flow control is full), changes pile up only in the shared, bounded history and reach it
+//! coalesced to the latest graph per workload. A subscriber that falls out of the history
+//! gets RESET and a fresh snapshot. Nobody waits for a slow subscriber. Events carry each
+//! graph version's shared encoding: a change is encoded once per view, whatever the number
+//! of subscribers.
 
 use super::Shared;
 use super::wire::WatchFrame;
 use crate::index::Filter;
+use crate::metrics::WatchSubscription;
 use crate::proto::v1 as pb;
 use futures::Stream;
+use std::collections::VecDeque;
 use std::pin::Pin;
-use tokio::sync::mpsc;
+use std::task::{Context, Poll};
+use tokio_stream::wrappers::WatchStream as Signal;
 use tonic::Status;
 
 /// The stream of a subscriber's events, as pre-encoded frames.
@@ -20,91 +25,114 @@ pub type FrameStream = Pin<Box<dyn Stream<Item = Result<WatchFrame, Status>> + S
 /// The stream type of `Watch` as the generated trait declares it (decoded messages).
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
 
-/// Events buffered per subscriber before its task waits (and starts coalescing).
-const BUFFER: usize = 64;
-
 /// Starts a subscriber.
 pub fn start(shared: Shared, filter: Filter, since: u64, view_kind: i32) -> FrameStream {
-    let (tx, rx) = mpsc::channel(BUFFER);
-    tokio::spawn(run(shared, filter, since, view_kind, tx));
-    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+    Box::pin(Subscriber {
+        _subscription: shared.metrics.watch_subscribed(),
+        // Yields at once, so the first poll reads the changes since `since`.
+        revisions: Signal::new(shared.index.subscribe()),
+        shutdown: Signal::from_changes(shared.shutdown.clone()),
+        cursor: (since != 0).then_some(since),
+        pending: VecDeque::new(),
+        done: false,
+        shared,
+        filter,
+        view_kind,
+    })
 }
 
-type Tx = mpsc::Sender<Result<WatchFrame, Status>>;
-
-fn event(kind: pb::EventType, revision: u64) -> Result<WatchFrame, Status> {
-    Ok(WatchFrame::bare(kind, revision))
+/// One subscriber's state between polls.
+struct Subscriber {
+    shared: Shared,
+    filter: Filter,
+    view_kind: i32,
+    /// The revision the subscriber is (or, once `pending` is sent, will be) current to;
+    /// `None` until the snapshot is taken.
+    cursor: Option<u64>,
+    /// Frames read from the index, not yet handed to the transport.
+    pending: VecDeque<WatchFrame>,
+    /// Wakes the stream on each new index revision.
+    revisions: Signal<u64>,
+    /// Wakes the stream when the server starts shutting down.
+    shutdown: Signal<bool>,
+    done: bool,
+    _subscription: WatchSubscription,
 }
 
-/// Sends the full snapshot then SYNCED; returns the revision it is current to.
-async fn snapshot(shared: &Shared, filter: &Filter, view_kind: i32, tx: &Tx) -> Option<u64> {
-    let (all, revision) = shared.index.snapshot(filter);
-    for w in &all {
-        tx.send(Ok(WatchFrame {
+impl Subscriber {
+    /// Queues the full snapshot then SYNCED; returns the revision it is current to.
+    fn snapshot(&mut self) -> u64 {
+        let (all, revision) = self.shared.index.snapshot(&self.filter);
+        self.pending.extend(all.iter().map(|w| WatchFrame {
             kind: pb::EventType::Added as i32,
             revision: w.revision,
-            workload: Some(w.encoded(view_kind)),
-        }))
-        .await
-        .ok()?;
+            workload: Some(w.encoded(self.view_kind)),
+        }));
+        self.pending
+            .push_back(WatchFrame::bare(pb::EventType::Synced, revision));
+        revision
     }
-    tx.send(event(pb::EventType::Synced, revision)).await.ok()?;
-    Some(revision)
-}
 
-async fn run(shared: Shared, filter: Filter, since: u64, view_kind: i32, tx: Tx) {
-    let _subscription = shared.metrics.watch_subscribed();
-    let mut revisions = shared.index.subscribe();
-    let mut shutdown = shared.shutdown.clone();
-    let mut cursor = if since == 0 {
-        match snapshot(&shared, &filter, view_kind, &tx).await {
-            Some(r) => r,
-            None => return,
-        }
-    } else {
-        since
-    };
-    loop {
-        match shared.index.changes_since_counted(cursor, &filter) {
+    /// Queues what the subscriber needs to be current now (RESET and a snapshot when its
+    /// cursor fell out of the history).
+    fn catch_up(&mut self, cursor: u64) -> u64 {
+        match self
+            .shared
+            .index
+            .changes_since_counted(cursor, &self.filter)
+        {
             None => {
-                if tx.send(event(pb::EventType::Reset, cursor)).await.is_err() {
-                    return;
-                }
-                match snapshot(&shared, &filter, view_kind, &tx).await {
-                    Some(r) => cursor = r,
-                    None => return,
-                }
+                self.pending
+                    .push_back(WatchFrame::bare(pb::EventType::Reset, cursor));
+                self.snapshot()
             }
             Some((changes, revision, coalesced)) => {
-                shared.metrics.watch_coalesced(coalesced);
-                for c in changes {
-                    let frame = WatchFrame {
-                        kind: c.kind as i32,
-                        revision: c.revision,
-                        workload: Some(c.workload.encoded(view_kind)),
-                    };
-                    if tx.send(Ok(frame)).await.is_err() {
-                        return;
-                    }
+                self.shared.metrics.watch_coalesced(coalesced);
+                self.pending.extend(changes.into_iter().map(|c| WatchFrame {
+                    kind: c.kind as i32,
+                    revision: c.revision,
+                    workload: Some(c.workload.encoded(self.view_kind)),
+                }));
+                revision
+            }
+        }
+    }
+}
+
+impl Stream for Subscriber {
+    type Item = Result<WatchFrame, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            if let Some(frame) = this.pending.pop_front() {
+                return Poll::Ready(Some(Ok(frame)));
+            }
+            let cursor = match this.cursor {
+                Some(c) => c,
+                None => {
+                    this.cursor = Some(this.snapshot());
+                    continue;
                 }
-                cursor = revision;
-            }
-        }
-        tokio::select! {
-            r = revisions.changed() => if r.is_err() { return },
-            _ = tx.closed() => return,
-            _ = shutdown.changed() => {
-                let _ = tx.send(Err(Status::unavailable("kartograf is shutting down; reconnect with since_revision to resume"))).await;
-                return;
-            }
-        }
-        if *shutdown.borrow() {
-            let _ = tx
-                .send(Err(Status::unavailable(
+            };
+            // Any change of the shutdown signal (or its sender gone) ends the stream.
+            if Pin::new(&mut this.shutdown).poll_next(cx).is_ready() {
+                this.done = true;
+                return Poll::Ready(Some(Err(Status::unavailable(
                     "kartograf is shutting down; reconnect with since_revision to resume",
-                )))
-                .await;
-            return;
+                ))));
+            }
+            match Pin::new(&mut this.revisions).poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Some(_)) => this.cursor = Some(this.catch_up(cursor)),
+            }
         }
     }
 }
