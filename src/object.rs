@@ -7,6 +7,7 @@ use crate::expr::value::{self, as_array, as_str, get, get_path};
 use crate::resolve::resources::{self, Amounts};
 use jaq_json::Val;
 use serde_json::Value as Json;
+use std::sync::Arc;
 
 /// A controller or plain owner reference.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,16 +162,26 @@ pub struct Pod {
     pub ready: bool,
     /// Why the pod is not ready: PodScheduled=False reason, `status.reason` or Ready=False reason.
     pub reason: String,
-    /// Effective request of the pod.
-    pub request: Amounts,
+    /// Effective request of the pod, shared between pods with equal requests.
+    pub request: Arc<Amounts>,
     /// Resource quantities that could not be parsed.
     pub bad_quantities: Vec<String>,
     /// Number of DRA resource claims.
     pub resource_claims: usize,
-    /// The pod as the graph lists it, built once.
-    pub info: crate::proto::v1::PodInfo,
 }
 
+/// Pod metadata fields kept by [`project_pod`] (annotations without the `kubectl`
+/// last-applied copy).
+const POD_META_FIELDS: &[&str] = &[
+    "name",
+    "namespace",
+    "uid",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "creationTimestamp",
+    "deletionTimestamp",
+];
 /// Pod spec fields kept by [`project_pod`] as they are.
 const POD_SPEC_FIELDS: &[&str] = &[
     "nodeName",
@@ -178,8 +189,6 @@ const POD_SPEC_FIELDS: &[&str] = &[
     "schedulerName",
     "priorityClassName",
     "priority",
-    "hostname",
-    "subdomain",
     "serviceAccountName",
     "restartPolicy",
     "overhead",
@@ -194,15 +203,13 @@ const POD_STATUS_FIELDS: &[&str] = &[
     "phase",
     "reason",
     "message",
-    "conditions",
-    "startTime",
     "qosClass",
-    "hostIP",
-    "podIP",
     "nominatedNodeName",
 ];
-/// Container status fields kept by [`project_pod`].
-const CONTAINER_STATUS_FIELDS: &[&str] = &["name", "ready", "started", "restartCount", "state"];
+/// Pod condition fields kept by [`project_pod`] (no timestamps).
+const CONDITION_FIELDS: &[&str] = &["type", "status", "reason", "message"];
+/// Container status fields kept by [`project_pod`] (no `state`: it carries timestamps).
+const CONTAINER_STATUS_FIELDS: &[&str] = &["name", "ready", "started", "restartCount"];
 
 fn pick(from: &serde_json::Map<String, Json>, keys: &[&str]) -> serde_json::Map<String, Json> {
     keys.iter()
@@ -223,11 +230,14 @@ fn pick_each(list: Option<&Json>, keys: &[&str]) -> Option<Json> {
     ))
 }
 
-/// The part of a pod that resolution and definitions read: all metadata but
-/// `managedFields` and the `kubectl` last-applied copy; the scheduling-relevant spec fields;
-/// containers reduced to name, resources and restart policy; phase, conditions and
-/// container readiness. Everything else (environment, commands, probes, volumes, images,
-/// affinity) is dropped before the pod is cached. Documented in docs/definitions.md.
+/// The part of a pod that resolution and definitions read: `apiVersion`, `kind`; metadata
+/// name, namespace, uid, labels, annotations (without the `kubectl` last-applied copy),
+/// owner references, creation and deletion timestamps; the scheduling-relevant spec fields
+/// with containers reduced to name, resources and restart policy; phase, reason, message,
+/// conditions without timestamps and container readiness without `state`. Everything else
+/// (managed fields, resource version, environment, commands, probes, volumes, images,
+/// affinity, IPs, start times) is dropped before the pod is cached, so pods of one workload
+/// share most of their converted value. Documented in docs/definitions.md.
 pub fn project_pod(json: &Json) -> Json {
     let Some(pod) = json.as_object() else {
         return json.clone();
@@ -238,15 +248,12 @@ pub fn project_pod(json: &Json) -> Json {
             out.insert(key.to_owned(), v.clone());
         }
     }
-    if let Some(meta) = pod.get("metadata") {
-        let mut meta = meta.clone();
-        if let Some(m) = meta.as_object_mut() {
-            m.remove("managedFields");
-            if let Some(a) = m.get_mut("annotations").and_then(Json::as_object_mut) {
-                a.remove("kubectl.kubernetes.io/last-applied-configuration");
-            }
+    if let Some(meta) = pod.get("metadata").and_then(Json::as_object) {
+        let mut m = pick(meta, POD_META_FIELDS);
+        if let Some(a) = m.get_mut("annotations").and_then(Json::as_object_mut) {
+            a.remove("kubectl.kubernetes.io/last-applied-configuration");
         }
-        out.insert("metadata".to_owned(), meta);
+        out.insert("metadata".to_owned(), Json::Object(m));
     }
     if let Some(spec) = pod.get("spec").and_then(Json::as_object) {
         let mut s = pick(spec, POD_SPEC_FIELDS);
@@ -259,6 +266,9 @@ pub fn project_pod(json: &Json) -> Json {
     }
     if let Some(status) = pod.get("status").and_then(Json::as_object) {
         let mut s = pick(status, POD_STATUS_FIELDS);
+        if let Some(v) = pick_each(status.get("conditions"), CONDITION_FIELDS) {
+            s.insert("conditions".to_owned(), v);
+        }
         for list in ["containerStatuses", "initContainerStatuses"] {
             if let Some(v) = pick_each(status.get(list), CONTAINER_STATUS_FIELDS) {
                 s.insert(list.to_owned(), v);
@@ -319,27 +329,30 @@ impl Pod {
             .unwrap_or(0);
         let node = text(&["spec", "nodeName"]);
         let phase = text(&["status", "phase"]);
-        let info = crate::proto::v1::PodInfo {
-            name: object.meta.name.clone(),
-            uid: object.meta.uid.clone(),
-            node: node.clone(),
-            phase: phase.clone(),
-            ready,
-            resources: Some(request.to_proto()),
-            reason: reason.clone(),
-        };
         Pod {
             node,
             phase,
             ready,
             reason,
-            request,
-            info,
+            request: resources::shared(request),
             bad_quantities: bad,
             resource_claims,
             meta: object.meta,
             value: object.value,
             problem: object.problem,
+        }
+    }
+
+    /// The pod as the graph lists it.
+    pub fn info(&self) -> crate::proto::v1::PodInfo {
+        crate::proto::v1::PodInfo {
+            name: self.meta.name.clone(),
+            uid: self.meta.uid.clone(),
+            node: self.node.clone(),
+            phase: self.phase.clone(),
+            ready: self.ready,
+            resources: Some(self.request.to_proto()),
+            reason: self.reason.clone(),
         }
     }
 

@@ -4,7 +4,8 @@
 use crate::expr::value::{self, as_array, as_str, entries, get, get_path};
 use crate::proto::v1 as pb;
 use jaq_json::Val;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// Resources by name, in milli-units (so `500m` CPU is 500 and `1Gi` is 1073741824000).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -270,6 +271,33 @@ pub fn pod_amounts(pod: &Val, bad: &mut Vec<String>) -> Amounts {
     }
 }
 
+/// Requests kept for sharing; the table is emptied when it reaches this many entries.
+const MAX_SHARED: usize = 4096;
+
+type SharedKey = (Vec<(String, i128)>, u64);
+
+static SHARED: LazyLock<Mutex<HashMap<SharedKey, Arc<Amounts>>>> = LazyLock::new(Mutex::default);
+
+/// `amounts`, or an equal one already in use: the pods of a workload mostly request the same,
+/// so a cache of many pods holds few distinct requests.
+pub fn shared(amounts: Amounts) -> Arc<Amounts> {
+    let key: SharedKey = (
+        amounts.raw.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        amounts.gpu_fraction.to_bits(),
+    );
+    // The table holds no invariant a panic could break.
+    let mut table = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(a) = table.get(&key) {
+        return a.clone();
+    }
+    if table.len() >= MAX_SHARED {
+        table.clear();
+    }
+    let a = Arc::new(amounts);
+    table.insert(key, a.clone());
+    a
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +321,22 @@ mod tests {
         assert_eq!(format_quantity("cpu", 4000), "4");
         assert_eq!(format_quantity("cpu", 250), "250m");
         assert_eq!(format_quantity("nvidia.com/gpu", 8000), "8");
+    }
+
+    #[test]
+    fn equal_requests_are_shared() {
+        let amounts = |cpu: i128| Amounts {
+            raw: BTreeMap::from([("cpu".to_owned(), cpu)]),
+            gpu_fraction: 0.0,
+        };
+        let (a, b, c) = (
+            shared(amounts(7001)),
+            shared(amounts(7001)),
+            shared(amounts(7002)),
+        );
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(*c, amounts(7002));
     }
 
     #[test]

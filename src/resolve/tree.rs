@@ -65,7 +65,7 @@ fn sort_keys(keys: BTreeSet<String>) -> Vec<String> {
 
 /// The proto view of one pod.
 pub(super) fn pod_info(pod: &Pod) -> pb::PodInfo {
-    pod.info.clone()
+    pod.info()
 }
 
 impl Resolver<'_> {
