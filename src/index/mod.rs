@@ -277,8 +277,21 @@ impl Index {
         } else {
             Cached::Object(Arc::new(Object::from_json(json, self.limits)?))
         };
+        let uid = cached.meta().identity();
+        // A pod update that changes nothing but its resourceVersion (a kubelet heartbeat, a
+        // status write with the same content) cannot change any graph: keep the new copy,
+        // skip re-resolving.
+        if let Some(old) = st.entries.get_mut(&uid)
+            && old.source == source
+            && let (Cached::Pod(before), Cached::Pod(after)) = (&old.cached, &cached)
+            && before.meta == after.meta
+            && before.problem == after.problem
+            && same_but_version(&before.value, &after.value)
+        {
+            old.cached = cached;
+            return Ok(uid);
+        }
         let meta = cached.meta().clone();
-        let uid = meta.identity();
         if let Some(old) = st.entries.get(&uid) {
             let old_meta = old.cached.meta().clone();
             self.unlink(st, &uid, &old_meta);
@@ -539,4 +552,31 @@ fn same_graph(a: &pb::Workload, b: &pb::Workload) -> bool {
         && a.diagnostics == b.diagnostics
         && a.definition == b.definition
         && a.r#ref == b.r#ref
+}
+
+/// Two converted objects equal but for `metadata.resourceVersion`.
+fn same_but_version(a: &jaq_json::Val, b: &jaq_json::Val) -> bool {
+    use crate::expr::value::{as_str, identical};
+    use jaq_json::Val;
+    let (Val::Obj(a), Val::Obj(b)) = (a, b) else {
+        return identical(a, b);
+    };
+    let entries_equal = |a: &jaq_json::Map<Val, Val>, b: &jaq_json::Map<Val, Val>, skip: &str| {
+        let keep = |(k, _): &(&Val, &Val)| as_str(k) != Some(skip);
+        a.iter().filter(keep).count() == b.iter().filter(keep).count()
+            && a.iter()
+                .filter(keep)
+                .zip(b.iter().filter(keep))
+                .all(|((ka, va), (kb, vb))| identical(ka, kb) && identical(va, vb))
+    };
+    a.len() == b.len()
+        && a.iter().zip(b.iter()).all(|((ka, va), (kb, vb))| {
+            identical(ka, kb)
+                && match (as_str(ka), va, vb) {
+                    (Some("metadata"), Val::Obj(ma), Val::Obj(mb)) => {
+                        entries_equal(ma, mb, "resourceVersion")
+                    }
+                    _ => identical(va, vb),
+                }
+        })
 }

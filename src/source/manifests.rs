@@ -8,19 +8,44 @@ use std::sync::Arc;
 /// The source name used in the index.
 pub const SOURCE: &str = "manifests";
 
-/// Reads every document below `dir`; unreadable files are reported and skipped.
+/// Reads every document below `dir`, parsing files on all cores; unreadable files are
+/// reported and skipped. Documents keep file order.
 pub fn read_all(dir: &Path) -> (Vec<serde_json::Value>, Vec<String>, u64) {
     let files: Vec<PathBuf> = manifest::files_below(dir).unwrap_or_default();
     let hash = super::hash_files(&files);
-    let mut docs = Vec::new();
-    let mut problems = Vec::new();
-    for file in &files {
-        match std::fs::read_to_string(file)
+    let read_one = |file: &PathBuf| {
+        std::fs::read_to_string(file)
             .map_err(|e| e.to_string())
             .and_then(|t| manifest::parse_documents(&t))
-        {
+            .map_err(|e| format!("{}: {e}", file.display()))
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(files.len());
+    let parsed: Vec<Result<Vec<serde_json::Value>, String>> = if threads <= 1 {
+        files.iter().map(read_one).collect()
+    } else {
+        let per = files.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = files
+                .chunks(per)
+                .map(|chunk| s.spawn(move || chunk.iter().map(read_one).collect::<Vec<_>>()))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| vec![Err("a manifest parser thread failed".to_owned())])
+                })
+                .collect()
+        })
+    };
+    let mut docs = Vec::new();
+    let mut problems = Vec::new();
+    for result in parsed {
+        match result {
             Ok(d) => docs.extend(d),
-            Err(e) => problems.push(format!("{}: {e}", file.display())),
+            Err(e) => problems.push(e),
         }
     }
     (docs, problems, hash)

@@ -140,3 +140,24 @@ async fn synth_cluster_resolves_cleanly_through_the_fake_api_server() {
     assert_clean(&index, &cluster);
     task.abort();
 }
+
+/// A pod update that changes only `resourceVersion` publishes nothing; one that changes what
+/// the graph shows (the pod's phase) publishes a change.
+#[test]
+fn resource_version_only_pod_updates_publish_nothing() {
+    let cluster = cluster();
+    let index = Index::new(Catalog::embedded().unwrap(), &[]);
+    index.reset("synth", &cluster.all());
+    let before = index.revision();
+    let mut pod = cluster.pods[0].clone();
+    pod["metadata"]["resourceVersion"] = serde_json::Value::String("987654321".to_owned());
+    index.apply(&pod, "synth").unwrap();
+    assert_eq!(
+        index.revision(),
+        before,
+        "resourceVersion alone changes no graph"
+    );
+    pod["status"]["phase"] = serde_json::Value::String("Failed".to_owned());
+    index.apply(&pod, "synth").unwrap();
+    assert!(index.revision() > before, "a phase change is published");
+}

@@ -131,6 +131,13 @@ fn convert(
     })
 }
 
+/// Strict structural equality: same variants, same numbers, same key order. Subtrees shared
+/// by conversion compare by pointer, so equal converted objects compare in time proportional
+/// to what differs between them.
+pub fn identical(a: &Val, b: &Val) -> bool {
+    share::same(a, b)
+}
+
 /// A jq string value.
 pub fn string(s: &str) -> Val {
     Val::utf8_str(s.to_owned().into_bytes())

@@ -127,7 +127,7 @@ impl Interner {
 }
 
 /// Strict structural equality: same variants, same numbers, same key order.
-fn same(a: &Val, b: &Val) -> bool {
+pub(super) fn same(a: &Val, b: &Val) -> bool {
     match (a, b) {
         (Val::Null, Val::Null) => true,
         (Val::Bool(x), Val::Bool(y)) => x == y,
