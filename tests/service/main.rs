@@ -361,16 +361,11 @@ async fn watch_snapshot_edits_deletes_resume_and_reset() {
         .await
         .unwrap()
         .into_inner();
-    let mut added = 0;
-    let synced_at = loop {
-        let e = next_event(&mut stream, 10).await;
-        if e.r#type == pb::EventType::Synced as i32 {
-            break e.revision;
-        }
-        assert_eq!(e.r#type, pb::EventType::Added as i32);
-        added += 1;
-    };
-    assert!(added >= 2, "serving holds the web and chat-api Deployments");
+    let (added, synced_at) = read_snapshot(&mut stream).await;
+    assert!(
+        added.len() >= 2,
+        "serving holds the web and chat-api Deployments"
+    );
 
     // Scale the web Deployment to 5 in the file.
     let path = h.dir.join("deployment.yaml");
