@@ -3,7 +3,8 @@
 
 use crate::definition::GroupVersionKind;
 use crate::expr::Limits;
-use crate::expr::value::{self, as_array, as_str, get, get_path};
+use crate::expr::value::{self, Keep, Packed, as_array, as_str, get, get_path};
+use crate::resolve::Memo;
 use crate::resolve::resources::{self, Amounts};
 use jaq_json::Val;
 use serde_json::Value as Json;
@@ -117,13 +118,15 @@ impl ObjectMeta {
     }
 }
 
-/// A workload or intermediate object.
+/// A workload or intermediate object, packed (see [`Packed`]): definitions evaluate a root
+/// when it changes (the index remembers the results per root version), so the value is
+/// unpacked then and not kept.
 #[derive(Clone, Debug)]
 pub struct Object {
     /// Metadata.
     pub meta: ObjectMeta,
-    /// The object as a jq value (`null` when it could not be converted; see `problem`).
-    pub value: Val,
+    /// The object, packed (empty when it could not be read; see `problem`).
+    pub packed: Packed,
     /// Why the value is missing, if it is.
     pub problem: Option<String>,
 }
@@ -133,25 +136,44 @@ impl Object {
     /// depth budget is kept with `problem` set so it still resolves (to a partial graph).
     pub fn from_json(json: &Json, limits: Limits) -> Result<Object, String> {
         let meta = ObjectMeta::from_json(json)?;
-        let (value, problem) = match value::from_json(json, limits) {
-            Ok(v) => (v, None),
-            Err(e) => (Val::Null, Some(e.to_string())),
+        let (packed, problem) = match Packed::pack(json, &Keep::All, limits) {
+            Ok(p) => (p, None),
+            Err(e) => (Packed::default(), Some(e.to_string())),
         };
         Ok(Object {
             meta,
-            value,
+            packed,
             problem,
         })
     }
+
+    /// The object as a jq value (unpacked on every call; `null` when unreadable).
+    pub fn value(&self) -> Val {
+        self.packed.to_val()
+    }
+
+    /// `metadata.labels` as (key, text) pairs.
+    pub fn labels(&self) -> Vec<(String, String)> {
+        self.packed
+            .lookup(&["metadata", "labels"])
+            .map(|l| {
+                value::entries(&l)
+                    .map(|(k, v)| (value::to_text(k), value::to_text(v)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
-/// A pod: its jq value (for selectors) plus what accounting reads, computed once.
+/// A pod: its projection packed (see [`project_pod`]), what accounting reads, computed once,
+/// and what evaluations on it gave (remembered per definition, so a pod is unpacked when it
+/// arrives and again only when the catalog changes).
 #[derive(Clone, Debug)]
 pub struct Pod {
     /// Metadata.
     pub meta: ObjectMeta,
-    /// The pod as a jq value.
-    pub value: Val,
+    /// The [`project_pod`] projection, packed (empty when it could not be read; see `problem`).
+    pub packed: Packed,
     /// Why the value is missing, if it is.
     pub problem: Option<String>,
     /// `spec.nodeName`.
@@ -168,67 +190,84 @@ pub struct Pod {
     pub bad_quantities: Vec<String>,
     /// Number of DRA resource claims.
     pub resource_claims: usize,
+    /// Answers of evaluations on this pod (see [`crate::resolve`]).
+    pub(crate) memo: Memo,
 }
 
-/// Pod metadata fields kept by [`project_pod`] (annotations without the `kubectl`
-/// last-applied copy).
-const POD_META_FIELDS: &[&str] = &[
-    "name",
-    "namespace",
-    "uid",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "creationTimestamp",
-    "deletionTimestamp",
-];
-/// Pod spec fields kept by [`project_pod`] as they are.
-const POD_SPEC_FIELDS: &[&str] = &[
-    "nodeName",
-    "nodeSelector",
-    "schedulerName",
-    "priorityClassName",
-    "priority",
-    "serviceAccountName",
-    "restartPolicy",
-    "overhead",
-    "resources",
-    "resourceClaims",
-    "schedulingGates",
-];
+/// The part of a pod that resolution and definitions read (see [`project_pod`]).
+const POD_PROJECTION: Keep = Keep::Fields(&[
+    ("apiVersion", Keep::All),
+    ("kind", Keep::All),
+    (
+        "metadata",
+        Keep::Fields(&[
+            ("name", Keep::All),
+            ("namespace", Keep::All),
+            ("uid", Keep::All),
+            ("labels", Keep::All),
+            (
+                "annotations",
+                Keep::Without(&["kubectl.kubernetes.io/last-applied-configuration"]),
+            ),
+            ("ownerReferences", Keep::All),
+            ("creationTimestamp", Keep::All),
+            ("deletionTimestamp", Keep::All),
+        ]),
+    ),
+    (
+        "spec",
+        Keep::Fields(&[
+            ("nodeName", Keep::All),
+            ("nodeSelector", Keep::All),
+            ("schedulerName", Keep::All),
+            ("priorityClassName", Keep::All),
+            ("priority", Keep::All),
+            ("serviceAccountName", Keep::All),
+            ("restartPolicy", Keep::All),
+            ("overhead", Keep::All),
+            ("resources", Keep::All),
+            ("resourceClaims", Keep::All),
+            ("schedulingGates", Keep::All),
+            ("containers", Keep::Each(&CONTAINER)),
+            ("initContainers", Keep::Each(&CONTAINER)),
+        ]),
+    ),
+    (
+        "status",
+        Keep::Fields(&[
+            ("phase", Keep::All),
+            ("reason", Keep::All),
+            ("message", Keep::All),
+            ("qosClass", Keep::All),
+            ("nominatedNodeName", Keep::All),
+            // Conditions without timestamps.
+            (
+                "conditions",
+                Keep::Each(&Keep::Fields(&[
+                    ("type", Keep::All),
+                    ("status", Keep::All),
+                    ("reason", Keep::All),
+                    ("message", Keep::All),
+                ])),
+            ),
+            ("containerStatuses", Keep::Each(&CONTAINER_STATUS)),
+            ("initContainerStatuses", Keep::Each(&CONTAINER_STATUS)),
+        ]),
+    ),
+]);
 /// Container fields kept by [`project_pod`].
-const CONTAINER_FIELDS: &[&str] = &["name", "resources", "restartPolicy"];
-/// Pod status fields kept by [`project_pod`] as they are.
-const POD_STATUS_FIELDS: &[&str] = &[
-    "phase",
-    "reason",
-    "message",
-    "qosClass",
-    "nominatedNodeName",
-];
-/// Pod condition fields kept by [`project_pod`] (no timestamps).
-const CONDITION_FIELDS: &[&str] = &["type", "status", "reason", "message"];
+const CONTAINER: Keep = Keep::Fields(&[
+    ("name", Keep::All),
+    ("resources", Keep::All),
+    ("restartPolicy", Keep::All),
+]);
 /// Container status fields kept by [`project_pod`] (no `state`: it carries timestamps).
-const CONTAINER_STATUS_FIELDS: &[&str] = &["name", "ready", "started", "restartCount"];
-
-fn pick(from: &serde_json::Map<String, Json>, keys: &[&str]) -> serde_json::Map<String, Json> {
-    keys.iter()
-        .filter_map(|k| from.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-        .collect()
-}
-
-fn pick_each(list: Option<&Json>, keys: &[&str]) -> Option<Json> {
-    let items = list?.as_array()?;
-    Some(Json::Array(
-        items
-            .iter()
-            .map(|c| match c.as_object() {
-                Some(c) => Json::Object(pick(c, keys)),
-                None => c.clone(),
-            })
-            .collect(),
-    ))
-}
+const CONTAINER_STATUS: Keep = Keep::Fields(&[
+    ("name", Keep::All),
+    ("ready", Keep::All),
+    ("started", Keep::All),
+    ("restartCount", Keep::All),
+]);
 
 /// The part of a pod that resolution and definitions read: `apiVersion`, `kind`; metadata
 /// name, namespace, uid, labels, annotations (without the `kubectl` last-applied copy),
@@ -236,60 +275,24 @@ fn pick_each(list: Option<&Json>, keys: &[&str]) -> Option<Json> {
 /// with containers reduced to name, resources and restart policy; phase, reason, message,
 /// conditions without timestamps and container readiness without `state`. Everything else
 /// (managed fields, resource version, environment, commands, probes, volumes, images,
-/// affinity, IPs, start times) is dropped before the pod is cached, so pods of one workload
-/// share most of their converted value. Documented in docs/definitions.md.
+/// affinity, IPs, start times) is dropped before the pod is cached. Keys come out sorted.
+/// Documented in docs/definitions.md. (`null` for a pod beyond the default size budget.)
 pub fn project_pod(json: &Json) -> Json {
-    let Some(pod) = json.as_object() else {
-        return json.clone();
-    };
-    let mut out = serde_json::Map::new();
-    for key in ["apiVersion", "kind"] {
-        if let Some(v) = pod.get(key) {
-            out.insert(key.to_owned(), v.clone());
-        }
-    }
-    if let Some(meta) = pod.get("metadata").and_then(Json::as_object) {
-        let mut m = pick(meta, POD_META_FIELDS);
-        if let Some(a) = m.get_mut("annotations").and_then(Json::as_object_mut) {
-            a.remove("kubectl.kubernetes.io/last-applied-configuration");
-        }
-        out.insert("metadata".to_owned(), Json::Object(m));
-    }
-    if let Some(spec) = pod.get("spec").and_then(Json::as_object) {
-        let mut s = pick(spec, POD_SPEC_FIELDS);
-        for list in ["containers", "initContainers"] {
-            if let Some(v) = pick_each(spec.get(list), CONTAINER_FIELDS) {
-                s.insert(list.to_owned(), v);
-            }
-        }
-        out.insert("spec".to_owned(), Json::Object(s));
-    }
-    if let Some(status) = pod.get("status").and_then(Json::as_object) {
-        let mut s = pick(status, POD_STATUS_FIELDS);
-        if let Some(v) = pick_each(status.get("conditions"), CONDITION_FIELDS) {
-            s.insert("conditions".to_owned(), v);
-        }
-        for list in ["containerStatuses", "initContainerStatuses"] {
-            if let Some(v) = pick_each(status.get(list), CONTAINER_STATUS_FIELDS) {
-                s.insert(list.to_owned(), v);
-            }
-        }
-        out.insert("status".to_owned(), Json::Object(s));
-    }
-    Json::Object(out)
+    Packed::pack(json, &POD_PROJECTION, Limits::default())
+        .map(|p| p.to_json())
+        .unwrap_or(Json::Null)
 }
 
 impl Pod {
     /// Builds a pod from JSON (see [`Object::from_json`] for failure rules), keeping only
-    /// its [`project_pod`] projection.
+    /// its [`project_pod`] projection, packed.
     pub fn from_json(json: &Json, limits: Limits) -> Result<Pod, String> {
-        let object = Object::from_json(&project_pod(json), limits)?;
-        Ok(Pod::from_object(object))
-    }
-
-    /// Derives the pod facts from a converted object.
-    pub fn from_object(object: Object) -> Pod {
-        let v = &object.value;
+        let meta = ObjectMeta::from_json(json)?;
+        let (packed, problem) = match Packed::pack(json, &POD_PROJECTION, limits) {
+            Ok(p) => (p, None),
+            Err(e) => (Packed::default(), Some(e.to_string())),
+        };
+        let v = &packed.to_val();
         let text = |path: &[&str]| {
             get_path(v, path)
                 .and_then(as_str)
@@ -329,7 +332,7 @@ impl Pod {
             .unwrap_or(0);
         let node = text(&["spec", "nodeName"]);
         let phase = text(&["status", "phase"]);
-        Pod {
+        Ok(Pod {
             node,
             phase,
             ready,
@@ -337,9 +340,29 @@ impl Pod {
             request: resources::shared(request),
             bad_quantities: bad,
             resource_claims,
-            meta: object.meta,
-            value: object.value,
-            problem: object.problem,
+            meta,
+            packed,
+            problem,
+            memo: Memo::default(),
+        })
+    }
+
+    /// The pod as a jq value (unpacked on every call; `null` when unreadable).
+    pub fn value(&self) -> Val {
+        self.packed.to_val()
+    }
+
+    /// How many answers of evaluations on this pod are remembered (see [`crate::resolve`]).
+    pub fn remembered(&self) -> usize {
+        self.memo.len()
+    }
+
+    /// The pod as a workload object (for definitions whose root is a pod).
+    pub fn to_object(&self) -> Object {
+        Object {
+            meta: self.meta.clone(),
+            packed: self.packed.clone(),
+            problem: self.problem.clone(),
         }
     }
 

@@ -214,11 +214,7 @@ impl Snapshot {
                 self.pods
                     .iter()
                     .find(|p| p.meta.identity() == identity)
-                    .map(|p| Object {
-                        meta: p.meta.clone(),
-                        value: p.value.clone(),
-                        problem: p.problem.clone(),
-                    })
+                    .map(|p| p.to_object())
             })
             .ok_or_else(|| {
                 SnapshotError::NotFound(format!(

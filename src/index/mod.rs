@@ -286,7 +286,7 @@ impl Index {
             && let (Cached::Pod(before), Cached::Pod(after)) = (&old.cached, &cached)
             && before.meta == after.meta
             && before.problem == after.problem
-            && same_but_version(&before.value, &after.value)
+            && before.packed == after.packed
         {
             old.cached = cached;
             return Ok(uid);
@@ -459,11 +459,7 @@ impl Index {
         let entry = st.entries.get(uid)?;
         let root: Object = match &entry.cached {
             Cached::Object(o) => (**o).clone(),
-            Cached::Pod(p) => Object {
-                meta: p.meta.clone(),
-                value: p.value.clone(),
-                problem: p.problem.clone(),
-            },
+            Cached::Pod(p) => p.to_object(),
         };
         let lookup = catalog.lookup(&root.meta.api_version, &root.meta.kind)?;
         let _span = tracing::debug_span!(
@@ -525,18 +521,7 @@ impl Index {
             prepared: Some(&prepared),
         };
         let resolution = resolve::resolve(&input);
-        let labels = crate::expr::value::get_path(&root.value, &["metadata", "labels"])
-            .map(|l| {
-                crate::expr::value::entries(l)
-                    .map(|(k, v)| {
-                        (
-                            crate::expr::value::to_text(k),
-                            crate::expr::value::to_text(v),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let labels = root.labels();
         Some((resolution.workload, resolution.placements, labels))
     }
 }
@@ -552,31 +537,4 @@ fn same_graph(a: &pb::Workload, b: &pb::Workload) -> bool {
         && a.diagnostics == b.diagnostics
         && a.definition == b.definition
         && a.r#ref == b.r#ref
-}
-
-/// Two converted objects equal but for `metadata.resourceVersion`.
-fn same_but_version(a: &jaq_json::Val, b: &jaq_json::Val) -> bool {
-    use crate::expr::value::{as_str, identical};
-    use jaq_json::Val;
-    let (Val::Obj(a), Val::Obj(b)) = (a, b) else {
-        return identical(a, b);
-    };
-    let entries_equal = |a: &jaq_json::Map<Val, Val>, b: &jaq_json::Map<Val, Val>, skip: &str| {
-        let keep = |(k, _): &(&Val, &Val)| as_str(k) != Some(skip);
-        a.iter().filter(keep).count() == b.iter().filter(keep).count()
-            && a.iter()
-                .filter(keep)
-                .zip(b.iter().filter(keep))
-                .all(|((ka, va), (kb, vb))| identical(ka, kb) && identical(va, vb))
-    };
-    a.len() == b.len()
-        && a.iter().zip(b.iter()).all(|((ka, va), (kb, vb))| {
-            identical(ka, kb)
-                && match (as_str(ka), va, vb) {
-                    (Some("metadata"), Val::Obj(ma), Val::Obj(mb)) => {
-                        entries_equal(ma, mb, "resourceVersion")
-                    }
-                    _ => identical(va, vb),
-                }
-        })
 }

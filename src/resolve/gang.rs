@@ -12,8 +12,8 @@
 //! minimum of each slot of the other (multi-slot) members that the gang's pods occupy.
 //! This is KAI's instance-scoped rule without upstream's multiplication, which over-counts.
 
-use super::Resolver;
 use super::diagnostics::{WARNING, code};
+use super::{Answer, Asked, Resolver};
 use crate::definition::compile::{Compiled, GangPlan, PodGroupPlan, PodGroupV2Plan};
 use crate::expr::value::{self, as_f64, to_text};
 use crate::proto::v1 as pb;
@@ -76,9 +76,13 @@ impl Resolver<'_> {
         pod: Option<usize>,
     ) -> Option<u32> {
         let keys = Val::Arr(Rc::new(keys.iter().map(|k| value::string(k)).collect()));
-        let pod = pod.map_or(Val::Null, |i| self.pods[i].value.clone());
-        let root = self.root;
-        let out = self.eval_on(expr, root, &[keys, pod], "")?;
+        // `$pod` is unpacked only for an expression that names it.
+        let pod = match pod {
+            Some(i) if expr.source().contains("$pod") => self.pod_value(i),
+            _ => Val::Null,
+        };
+        let root = self.root_value();
+        let out = self.eval_on(expr, &root, &[keys, pod], "")?;
         match out.first().and_then(as_f64) {
             Some(n) if n >= 0.0 && n.fract() == 0.0 && n <= f64::from(u32::MAX) => Some(n as u32),
             _ => {
@@ -320,12 +324,17 @@ impl Resolver<'_> {
 
     /// All filters must yield exactly one output, `true`.
     fn filters_pass(&mut self, filters: &[Compiled], i: usize, component: &str) -> bool {
-        let pod = self.pods[i];
         filters.iter().all(|f| {
-            matches!(
-                self.eval_on(f, &pod.value, &[], component).as_deref(),
-                Some([Val::Bool(true)])
-            )
+            let question = super::question(f, super::FILTER);
+            let answer = self.ask(i, question, Some(f), component, |r, pod| {
+                let (out, failure, remember) = r.evaluate(f, pod, component);
+                Asked {
+                    answer: Answer::Flag(matches!(out.as_deref(), Some([Val::Bool(true)]))),
+                    failure,
+                    remember,
+                }
+            });
+            answer == Answer::Flag(true)
         })
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod diagnostics;
 mod gang;
+mod memo;
 pub mod ownership;
 pub mod resources;
 mod status;
@@ -25,6 +26,9 @@ use jaq_json::Val;
 use resources::Amounts;
 use std::collections::HashMap;
 use std::time::Instant;
+
+use memo::Answer;
+pub use memo::Memo;
 
 /// What to resolve.
 #[derive(Clone, Copy)]
@@ -257,7 +261,9 @@ struct Slot {
 /// Mutable state of one resolution.
 struct Resolver<'a> {
     def: &'a Definition,
-    root: &'a Val,
+    root_object: &'a Object,
+    /// The root unpacked, once something evaluates on it.
+    root: Option<Val>,
     pods: &'a [&'a Pod],
     deadline: Option<Instant>,
     expired: bool,
@@ -272,6 +278,40 @@ struct Resolver<'a> {
     pod_slots: Vec<Vec<usize>>,
     /// Desired resources of the whole workload.
     root_desired: Amounts,
+    /// Whose answers the pods' memos hold: (catalog generation, definition address).
+    owner: (u64, usize),
+    /// Pods unpacked during this resolution (only those with an unanswered question).
+    values: Vec<Option<Val>>,
+}
+
+/// What [`Resolver::ask`] learned from a pod.
+struct Asked {
+    answer: Answer,
+    /// The evaluation error, already reported.
+    failure: Option<String>,
+    /// False when the deadline cut the evaluation short.
+    remember: bool,
+}
+
+/// Question kinds, kept in the low bits of [`question`] (definition items are aligned).
+const KEY: usize = 0;
+/// A gang member filter.
+const FILTER: usize = 1;
+/// A component's type selector.
+const TYPE: usize = 2;
+
+/// Identifies a question about a pod: the address of the definition item that asks it
+/// (stable while the definition lives) tagged with the kind of question.
+fn question<T>(item: &T, kind: usize) -> usize {
+    std::ptr::from_ref(item) as usize | kind
+}
+
+/// Why an evaluation gave no outputs.
+enum Failure {
+    /// The resolve deadline passed (reported once; never remembered).
+    Expired,
+    /// The expression failed; the message is the diagnostic's.
+    Error(String),
 }
 
 impl<'a> Resolver<'a> {
@@ -279,7 +319,8 @@ impl<'a> Resolver<'a> {
         let n = input.pods.len();
         Resolver {
             def: input.definition,
-            root: &input.root.value,
+            root_object: input.root,
+            root: None,
             pods: input.pods,
             deadline: input.deadline,
             expired: false,
@@ -289,6 +330,11 @@ impl<'a> Resolver<'a> {
             slots: Vec::new(),
             pod_slots: vec![Vec::new(); n],
             root_desired: Amounts::default(),
+            owner: (
+                input.generation,
+                std::ptr::from_ref(input.definition) as usize,
+            ),
+            values: vec![None; n],
         }
     }
 
@@ -329,19 +375,19 @@ impl<'a> Resolver<'a> {
         }
     }
 
-    /// Evaluates `expr` on `input`; errors become diagnostics and `None`.
-    fn eval_on(
+    /// Evaluates `expr` on `input`; the first deadline miss is reported here.
+    fn try_eval(
         &mut self,
         expr: &Compiled,
         input: &Val,
         vars: &[Val],
         component: &str,
-    ) -> Option<Vec<Val>> {
+    ) -> Result<Vec<Val>, Failure> {
         if self.expired {
-            return None;
+            return Err(Failure::Expired);
         }
         match expr.expr.eval_with(input, vars, self.deadline) {
-            Ok(out) => Some(out),
+            Ok(out) => Ok(out),
             Err(EvalError::Deadline) => {
                 self.expired = true;
                 self.diags.push(
@@ -351,34 +397,140 @@ impl<'a> Resolver<'a> {
                     component,
                     expr.source(),
                 );
+                Err(Failure::Expired)
+            }
+            Err(e) => Err(Failure::Error(format!("{} failed: {e}", expr.path))),
+        }
+    }
+
+    /// Evaluates `expr` on `input`; errors become diagnostics and `None`.
+    fn eval_on(
+        &mut self,
+        expr: &Compiled,
+        input: &Val,
+        vars: &[Val],
+        component: &str,
+    ) -> Option<Vec<Val>> {
+        match self.try_eval(expr, input, vars, component) {
+            Ok(out) => Some(out),
+            Err(Failure::Expired) => None,
+            Err(Failure::Error(message)) => {
+                self.diags
+                    .push(WARNING, code::EVAL_ERROR, message, component, expr.source());
                 None
             }
-            Err(e) => {
+        }
+    }
+
+    /// Pod `i` as a jq value, unpacked once per resolution.
+    fn pod_value(&mut self, i: usize) -> Val {
+        match &self.values[i] {
+            Some(v) => v.clone(),
+            None => {
+                let v = self.pods[i].value();
+                self.values[i] = Some(v.clone());
+                v
+            }
+        }
+    }
+
+    /// Asks pod `i` a question that depends on the pod and the definition alone.
+    /// `compute` answers it from the pod's value (evaluating through [`Resolver::evaluate`]);
+    /// answers are remembered on the pod with the evaluation error they came with, which is
+    /// reported again (for `component`, as an error of `expr`) whenever the answer is reused.
+    /// `question` identifies the question within the definition (see [`question`]).
+    fn ask(
+        &mut self,
+        i: usize,
+        question: usize,
+        expr: Option<&Compiled>,
+        component: &str,
+        compute: impl FnOnce(&mut Self, &Val) -> Asked,
+    ) -> Answer {
+        let pod = self.pods[i];
+        if let Some((answer, failure)) = pod.memo.get(self.owner, question) {
+            if let (Some(message), Some(expr)) = (failure, expr) {
                 self.diags.push(
                     WARNING,
                     code::EVAL_ERROR,
-                    format!("{} failed: {e}", expr.path),
+                    message.into_string(),
                     component,
                     expr.source(),
                 );
-                None
+            }
+            return answer;
+        }
+        let value = self.pod_value(i);
+        let asked = compute(self, &value);
+        if asked.remember {
+            pod.memo.put(
+                self.owner,
+                question,
+                asked.answer.clone(),
+                asked.failure.map(String::into_boxed_str),
+            );
+        }
+        asked.answer
+    }
+
+    /// Evaluates `expr` on a pod for [`Resolver::ask`]: its outputs (`None` on failure), the
+    /// failure message (also reported now) and whether the result may be remembered (not
+    /// when the deadline cut it short).
+    fn evaluate(
+        &mut self,
+        expr: &Compiled,
+        pod: &Val,
+        component: &str,
+    ) -> (Option<Vec<Val>>, Option<String>, bool) {
+        match self.try_eval(expr, pod, &[], component) {
+            Ok(out) => (Some(out), None, true),
+            Err(Failure::Expired) => (None, None, false),
+            Err(Failure::Error(message)) => {
+                self.diags.push(
+                    WARNING,
+                    code::EVAL_ERROR,
+                    message.clone(),
+                    component,
+                    expr.source(),
+                );
+                (None, Some(message), true)
             }
         }
     }
 
     /// Evaluates on the root object.
     fn eval_root(&mut self, expr: &Compiled, component: &str) -> Option<Vec<Val>> {
-        let root = self.root;
-        self.eval_on(expr, root, &[], component)
+        let root = self.root_value();
+        self.eval_on(expr, &root, &[], component)
+    }
+
+    /// The root object as a jq value, unpacked once per resolution.
+    fn root_value(&mut self) -> Val {
+        self.root
+            .get_or_insert_with(|| self.root_object.value())
+            .clone()
     }
 
     /// Evaluates on pod `i` and requires exactly one non-empty output, returned as text.
     fn pod_key(&mut self, expr: &Compiled, i: usize, component: &str) -> Option<String> {
-        let pod = self.pods[i];
-        let out = self.eval_on(expr, &pod.value, &[], component)?;
-        match out.as_slice() {
-            [v] if !matches!(v, Val::Null) => Some(to_text(v)).filter(|s| !s.is_empty()),
-            _ => None,
+        let question = question(expr, KEY);
+        let answer = self.ask(i, question, Some(expr), component, |r, pod| {
+            let (out, failure, remember) = r.evaluate(expr, pod, component);
+            let key = match out.as_deref() {
+                Some([v]) if !matches!(v, Val::Null) => Some(to_text(v))
+                    .filter(|s| !s.is_empty())
+                    .map(String::into_boxed_str),
+                _ => None,
+            };
+            Asked {
+                answer: Answer::Text(key),
+                failure,
+                remember,
+            }
+        });
+        match answer {
+            Answer::Text(key) => key.map(String::from),
+            Answer::Flag(_) => None,
         }
     }
 }

@@ -9,8 +9,8 @@
 
 use super::diagnostics::{INFO, WARNING, code};
 use super::resources::{self, Amounts};
-use super::{Resolver, Slot};
-use crate::definition::compile::{Compiled, PodSpecSource};
+use super::{Answer, Asked, Resolver, Slot};
+use crate::definition::compile::{Compiled, PodSpecSource, TypeSelector};
 use crate::expr::value::{as_array, as_f64, as_str, get, get_path, to_text};
 use crate::object::Pod;
 use crate::proto::v1 as pb;
@@ -61,6 +61,36 @@ fn sort_keys(keys: BTreeSet<String>) -> Vec<String> {
         keys.sort_by_key(|k| k.parse::<u64>().unwrap_or(u64::MAX));
     }
     keys
+}
+
+/// Whether a pod matches a type selector: its labels, then its key path (evaluated only
+/// when the labels match).
+fn type_matches(r: &mut Resolver<'_>, sel: &TypeSelector, pod: &Val, component: &str) -> Asked {
+    let labels = get_path(pod, &["metadata", "labels"]);
+    let labels_ok = sel
+        .match_labels
+        .iter()
+        .all(|(k, v)| labels.and_then(|l| get(l, k)).and_then(as_str) == Some(v.as_str()));
+    let (matched, failure, remember) = match (&sel.key_path, labels_ok) {
+        (_, false) => (false, None, true),
+        (None, true) => (true, None, true),
+        (Some(expr), true) => {
+            let (out, failure, remember) = r.evaluate(expr, pod, component);
+            let out = out.unwrap_or_default();
+            let matched = match &sel.value {
+                None => out.iter().any(|v| !matches!(v, Val::Null)),
+                Some(want) => out
+                    .iter()
+                    .any(|v| !matches!(v, Val::Null) && to_text(v) == *want),
+            };
+            (matched, failure, remember)
+        }
+    };
+    Asked {
+        answer: Answer::Flag(matched),
+        failure,
+        remember,
+    }
 }
 
 /// The proto view of one pod.
@@ -636,26 +666,11 @@ impl Resolver<'_> {
             let type_ok = match &comp.type_selector {
                 None => tree.sole == Some(c),
                 Some(sel) => {
-                    let pod = self.pods[i];
-                    let labels = get_path(&pod.value, &["metadata", "labels"]);
-                    let labels_ok = sel.match_labels.iter().all(|(k, v)| {
-                        labels.and_then(|l| get(l, k)).and_then(as_str) == Some(v.as_str())
+                    let question = super::question(sel, super::TYPE);
+                    let answer = self.ask(i, question, sel.key_path.as_ref(), name, |r, pod| {
+                        type_matches(r, sel, pod, name)
                     });
-                    labels_ok
-                        && match &sel.key_path {
-                            None => true,
-                            Some(expr) => {
-                                let out = self
-                                    .eval_on(expr, &pod.value, &[], name)
-                                    .unwrap_or_default();
-                                match &sel.value {
-                                    None => out.iter().any(|v| !matches!(v, Val::Null)),
-                                    Some(want) => out
-                                        .iter()
-                                        .any(|v| !matches!(v, Val::Null) && to_text(v) == *want),
-                                }
-                            }
-                        }
+                    answer == Answer::Flag(true)
                 }
             };
             let instance = match &comp.instance_selector {

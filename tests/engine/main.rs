@@ -10,5 +10,6 @@ mod fuzz;
 mod gangs;
 mod jq_compat;
 mod malformed;
+mod memo;
 mod resolution;
 mod safety;

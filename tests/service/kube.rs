@@ -688,7 +688,8 @@ async fn too_many_requests(http: bool) {
         waited >= Duration::from_millis(950),
         "Retry-After honoured: {waited:?}"
     );
-    assert!(index.synced());
+    // The pods are in the index a moment before the source reports its list complete.
+    eventually("synced", || index.synced()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

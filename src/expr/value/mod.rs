@@ -5,11 +5,12 @@
 //! sorted key order), turns integral floats into integers (gojq prints `2.0` as `2`) and
 //! enforces a size and depth budget so a hostile object cannot exhaust memory or stack.
 //!
-//! Converted arrays and objects are shared between objects when they are equal (see
-//! [`share`]): pods of one workload repeat most of their spec, so a cache of thousands of pods
-//! holds each distinct subtree once.
+//! The cache does not keep jq values: it keeps objects [`Packed`] and unpacks them when
+//! something must be evaluated.
 
-mod share;
+mod packed;
+
+pub use packed::{Keep, Packed};
 
 use jaq_json::{Map, Num, Rc, Val};
 use serde_json::Value as Json;
@@ -54,8 +55,7 @@ pub enum ConvertError {
 /// Converts a JSON value to a jq value within `limits`.
 pub fn from_json(json: &Json, limits: Limits) -> Result<Val, ConvertError> {
     let mut budget = limits.max_bytes;
-    let mut shared = share::Interner::lock();
-    convert(json, 0, limits, &mut budget, &mut shared).map(|(v, _)| v)
+    convert(json, 0, limits, &mut budget)
 }
 
 fn spend(budget: &mut usize, amount: usize, limits: Limits) -> Result<(), ConvertError> {
@@ -65,14 +65,12 @@ fn spend(budget: &mut usize, amount: usize, limits: Limits) -> Result<(), Conver
     Ok(())
 }
 
-/// Converts `json`, returning the value and its structural hash (see [`share`]).
 fn convert(
     json: &Json,
     depth: usize,
     limits: Limits,
     budget: &mut usize,
-    shared: &mut share::Interner,
-) -> Result<(Val, u64), ConvertError> {
+) -> Result<Val, ConvertError> {
     if depth > limits.max_depth {
         return Err(ConvertError::TooDeep {
             limit: limits.max_depth,
@@ -80,62 +78,56 @@ fn convert(
     }
     spend(budget, 8, limits)?;
     Ok(match json {
-        Json::Null => (Val::Null, share::hash_leaf(0, b"")),
-        Json::Bool(b) => (Val::Bool(*b), share::hash_leaf(1, &[u8::from(*b)])),
-        Json::Number(n) => {
-            let num = number(n);
-            let h = match &num {
-                Num::Int(i) => share::hash_leaf(2, &i.to_le_bytes()),
-                Num::Float(f) => share::hash_leaf(3, &f.to_bits().to_le_bytes()),
-                _ => share::hash_leaf(4, n.to_string().as_bytes()),
-            };
-            (Val::Num(num), h)
-        }
+        Json::Null => Val::Null,
+        Json::Bool(b) => Val::Bool(*b),
+        Json::Number(n) => Val::Num(number(n)),
         Json::String(s) => {
             spend(budget, s.len(), limits)?;
-            (shared.string(s), share::hash_leaf(5, s.as_bytes()))
+            string(s)
         }
         Json::Array(items) => {
-            let mut out = Vec::with_capacity(items.len());
-            let mut h = share::Hash::new(6);
-            for item in items {
-                let (v, ih) = convert(item, depth + 1, limits, budget, shared)?;
-                h.add(ih);
-                out.push(v);
-            }
-            let h = h.finish();
-            (shared.share(Val::Arr(Rc::new(out)), h), h)
+            let out = items
+                .iter()
+                .map(|item| convert(item, depth + 1, limits, budget))
+                .collect::<Result<Vec<_>, _>>()?;
+            Val::Arr(Rc::new(out))
         }
         Json::Object(map) => {
             let mut entries: Vec<(&String, &Json)> = map.iter().collect();
             entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
             let mut out = Map::default();
             out.reserve(entries.len());
-            let mut h = share::Hash::new(7);
             for (key, value) in entries {
                 spend(budget, key.len(), limits)?;
-                let (v, vh) = convert(value, depth + 1, limits, budget, shared)?;
-                h.add(share::hash_leaf(5, key.as_bytes()));
-                h.add(vh);
-                out.insert(shared.string(key), v);
+                out.insert(string(key), convert(value, depth + 1, limits, budget)?);
             }
-            let h = h.finish();
-            // The top level is the object itself: unique, not worth an interner entry.
-            let val = Val::obj(out);
-            if depth == 0 {
-                (val, h)
-            } else {
-                (shared.share(val, h), h)
-            }
+            Val::obj(out)
         }
     })
 }
 
-/// Strict structural equality: same variants, same numbers, same key order. Subtrees shared
-/// by conversion compare by pointer, so equal converted objects compare in time proportional
-/// to what differs between them.
+/// Strict structural equality: same variants, same numbers, same key order.
 pub fn identical(a: &Val, b: &Val) -> bool {
-    share::same(a, b)
+    match (a, b) {
+        (Val::Null, Val::Null) => true,
+        (Val::Bool(x), Val::Bool(y)) => x == y,
+        (Val::Num(x), Val::Num(y)) => match (x, y) {
+            (Num::Int(x), Num::Int(y)) => x == y,
+            (Num::Float(x), Num::Float(y)) => x.to_bits() == y.to_bits(),
+            _ => false,
+        },
+        (Val::TStr(x), Val::TStr(y)) | (Val::BStr(x), Val::BStr(y)) => x == y,
+        (Val::Arr(x), Val::Arr(y)) => {
+            x.len() == y.len() && x.iter().zip(y.iter()).all(|(a, b)| identical(a, b))
+        }
+        (Val::Obj(x), Val::Obj(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y.iter())
+                    .all(|((ka, va), (kb, vb))| identical(ka, kb) && identical(va, vb))
+        }
+        _ => false,
+    }
 }
 
 /// A jq string value.
@@ -302,27 +294,6 @@ mod tests {
             from_json(&deep, shallow),
             Err(ConvertError::TooDeep { .. })
         ));
-    }
-
-    #[test]
-    fn equal_subtrees_are_shared_and_values_kept() {
-        let a = json!({"spec": {"tolerations": [{"key": "gpu"}], "n": 1}, "name": "a"});
-        let b = json!({"spec": {"tolerations": [{"key": "gpu"}], "n": 1}, "name": "b"});
-        let c = json!({"spec": {"tolerations": [{"key": "gpu"}], "n": 1.5}, "name": "c"});
-        let (va, vb, vc) = (
-            from_json(&a, Limits::default()).unwrap(),
-            from_json(&b, Limits::default()).unwrap(),
-            from_json(&c, Limits::default()).unwrap(),
-        );
-        let spec = |v: &Val| match get(v, "spec") {
-            Some(Val::Obj(m)) => m.clone(),
-            _ => panic!("no spec"),
-        };
-        assert!(Rc::ptr_eq(&spec(&va), &spec(&vb)), "equal subtrees shared");
-        assert!(!Rc::ptr_eq(&spec(&va), &spec(&vc)), "different ones not");
-        assert_eq!(to_json(&va), a);
-        assert_eq!(to_json(&vb), b);
-        assert_eq!(to_json(&vc), c);
     }
 
     #[test]

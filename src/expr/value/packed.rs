@@ -1,0 +1,540 @@
+//! A JSON document packed into one compact, immutable buffer, unpacked into a jq value only
+//! when something must be evaluated on it.
+//!
+//! The cache keeps every pod this way (a few hundred bytes instead of a tree of maps): the
+//! evaluations resolution needs are remembered per pod (see `object::Memo`), so a pod is
+//! unpacked when it arrives and again only when the catalog changes.
+//!
+//! Packing applies a [`Keep`] projection while it reads the borrowed JSON (nothing is copied
+//! first), sorts object keys and normalizes numbers exactly as [`super::from_json`] does, and
+//! spends the same size and depth budget. Object keys are written as ids into a process-wide
+//! table (bounded; keys beyond it are written inline). Strings of an unpacked value share
+//! the packed buffer instead of being copied.
+//!
+//! Layout: one tag byte per node — null, false, true, integer (zig-zag varint), float (8
+//! bytes), string (varint length, bytes), array (varint count, items), object (varint
+//! count, then key and value per entry). A key is a varint `id << 1 | 1`, or `len << 1`
+//! followed by the key's bytes.
+
+use super::{ConvertError, Limits, float, spend};
+use bytes::Bytes;
+use jaq_json::{Map, Num, Rc, Val};
+use serde_json::Value as Json;
+use std::collections::HashMap;
+use std::sync::{LazyLock, RwLock};
+
+/// Which parts of a document to keep.
+#[derive(Debug)]
+pub enum Keep {
+    /// The value as it is.
+    All,
+    /// Of an object, only these fields, each projected in turn (a non-object is dropped).
+    Fields(&'static [(&'static str, Keep)]),
+    /// Of an object, every field but these.
+    Without(&'static [&'static str]),
+    /// Of an array, every item projected (items of another shape are kept as they are).
+    Each(&'static Keep),
+}
+
+const NULL: u8 = 0;
+const FALSE: u8 = 1;
+const TRUE: u8 = 2;
+const INT: u8 = 3;
+const FLOAT: u8 = 4;
+const STRING: u8 = 5;
+const ARRAY: u8 = 6;
+const OBJECT: u8 = 7;
+
+/// Keys in the process-wide table at most; later new keys are written inline.
+const MAX_KEYS: usize = 1 << 14;
+/// Keys longer than this are written inline.
+const MAX_KEY_LEN: usize = 128;
+
+#[derive(Default)]
+struct Keys {
+    ids: HashMap<Box<str>, u32>,
+    bytes: Vec<Bytes>,
+}
+
+static KEYS: LazyLock<RwLock<Keys>> = LazyLock::new(RwLock::default);
+
+/// A packed JSON value. Equal documents (after projection) pack to equal bytes.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Packed(Bytes);
+
+impl std::fmt::Debug for Packed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Packed({} bytes)", self.0.len())
+    }
+}
+
+impl Packed {
+    /// Packs the part of `json` that `keep` selects, within `limits`.
+    pub fn pack(json: &Json, keep: &Keep, limits: Limits) -> Result<Packed, ConvertError> {
+        let mut packer = Packer {
+            out: Vec::with_capacity(512),
+            budget: limits.max_bytes,
+            limits,
+            missing: Vec::new(),
+        };
+        {
+            let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+            packer.value(json, keep, 0, &keys)?;
+        }
+        if !packer.missing.is_empty() {
+            let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+            for key in std::mem::take(&mut packer.missing) {
+                if keys.bytes.len() >= MAX_KEYS {
+                    break;
+                }
+                if !keys.ids.contains_key(key.as_str()) {
+                    let id = keys.bytes.len() as u32;
+                    keys.bytes.push(Bytes::from(key.clone().into_bytes()));
+                    keys.ids.insert(key.into_boxed_str(), id);
+                }
+            }
+        }
+        packer.out.shrink_to_fit();
+        Ok(Packed(Bytes::from(packer.out)))
+    }
+
+    /// Size of the packed buffer in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True for the empty buffer (what [`Packed::default`] holds; unpacks to `null`).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The jq value (`null` for an empty buffer).
+    pub fn to_val(&self) -> Val {
+        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+        let mut reader = Reader {
+            buf: &self.0,
+            at: 0,
+            keys: &keys,
+        };
+        reader.val().unwrap_or(Val::Null)
+    }
+
+    /// The value at a path of object keys, unpacking nothing else (`None` when absent).
+    pub fn lookup(&self, path: &[&str]) -> Option<Val> {
+        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+        let mut reader = Reader {
+            buf: &self.0,
+            at: 0,
+            keys: &keys,
+        };
+        'path: for want in path {
+            if reader.byte()? != OBJECT {
+                return None;
+            }
+            let n = reader.varint()?;
+            for _ in 0..n {
+                let matched = reader.key_bytes()?.as_ref() == want.as_bytes();
+                if matched {
+                    continue 'path;
+                }
+                reader.skip()?;
+            }
+            return None;
+        }
+        reader.val()
+    }
+
+    /// The value as JSON (keys sorted, integral numbers as integers).
+    pub fn to_json(&self) -> Json {
+        super::to_json(&self.to_val())
+    }
+}
+
+struct Packer {
+    out: Vec<u8>,
+    budget: usize,
+    limits: Limits,
+    /// Keys written inline that the table should learn.
+    missing: Vec<String>,
+}
+
+impl Packer {
+    fn varint(&mut self, mut n: u64) {
+        while n >= 0x80 {
+            self.out.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        self.out.push(n as u8);
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        self.varint(b.len() as u64);
+        self.out.extend_from_slice(b);
+    }
+
+    fn key(&mut self, key: &str, keys: &Keys) {
+        match keys.ids.get(key) {
+            Some(&id) => self.varint(u64::from(id) << 1 | 1),
+            None => {
+                if key.len() <= MAX_KEY_LEN && keys.bytes.len() < MAX_KEYS {
+                    self.missing.push(key.to_owned());
+                }
+                self.varint((key.len() as u64) << 1);
+                self.out.extend_from_slice(key.as_bytes());
+            }
+        }
+    }
+
+    fn value(
+        &mut self,
+        json: &Json,
+        keep: &Keep,
+        depth: usize,
+        keys: &Keys,
+    ) -> Result<(), ConvertError> {
+        if depth > self.limits.max_depth {
+            return Err(ConvertError::TooDeep {
+                limit: self.limits.max_depth,
+            });
+        }
+        spend(&mut self.budget, 8, self.limits)?;
+        match (json, keep) {
+            (Json::Object(map), Keep::Fields(fields)) => {
+                let mut picked: Vec<(&str, &Json, &Keep)> = fields
+                    .iter()
+                    .filter_map(|(k, keep)| {
+                        let v = map.get(*k)?;
+                        // A field projected as an object (array) that is not one is dropped.
+                        let dropped = match keep {
+                            Keep::Fields(_) => !v.is_object(),
+                            Keep::Each(_) => !v.is_array(),
+                            _ => false,
+                        };
+                        (!dropped).then_some((*k, v, keep))
+                    })
+                    .collect();
+                picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                self.object(picked, depth, keys)
+            }
+            (Json::Object(map), Keep::Without(skip)) => {
+                let mut picked: Vec<(&str, &Json, &Keep)> = map
+                    .iter()
+                    .filter(|(k, _)| !skip.contains(&k.as_str()))
+                    .map(|(k, v)| (k.as_str(), v, &Keep::All))
+                    .collect();
+                picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                self.object(picked, depth, keys)
+            }
+            (Json::Object(map), _) => {
+                let mut picked: Vec<(&str, &Json, &Keep)> = map
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v, &Keep::All))
+                    .collect();
+                picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                self.object(picked, depth, keys)
+            }
+            (Json::Array(items), keep) => {
+                let item_keep = match keep {
+                    Keep::Each(k) => *k,
+                    _ => &Keep::All,
+                };
+                self.out.push(ARRAY);
+                self.varint(items.len() as u64);
+                for item in items {
+                    let item_keep = match (item, item_keep) {
+                        (Json::Object(_), k) => k,
+                        _ => &Keep::All,
+                    };
+                    self.value(item, item_keep, depth + 1, keys)?;
+                }
+                Ok(())
+            }
+            (Json::Null, _) => {
+                self.out.push(NULL);
+                Ok(())
+            }
+            (Json::Bool(b), _) => {
+                self.out.push(if *b { TRUE } else { FALSE });
+                Ok(())
+            }
+            (Json::Number(n), _) => {
+                match super::number(n) {
+                    Num::Int(i) => {
+                        self.out.push(INT);
+                        let i = i as i64;
+                        self.varint(((i << 1) ^ (i >> 63)) as u64);
+                    }
+                    Num::Float(f) => {
+                        self.out.push(FLOAT);
+                        self.out.extend_from_slice(&f.to_le_bytes());
+                    }
+                    // `number` yields only integers and floats.
+                    _ => self.out.push(NULL),
+                }
+                Ok(())
+            }
+            (Json::String(s), _) => {
+                spend(&mut self.budget, s.len(), self.limits)?;
+                self.out.push(STRING);
+                self.bytes(s.as_bytes());
+                Ok(())
+            }
+        }
+    }
+
+    fn object(
+        &mut self,
+        entries: Vec<(&str, &Json, &Keep)>,
+        depth: usize,
+        keys: &Keys,
+    ) -> Result<(), ConvertError> {
+        self.out.push(OBJECT);
+        self.varint(entries.len() as u64);
+        for (k, v, keep) in entries {
+            spend(&mut self.budget, k.len(), self.limits)?;
+            self.key(k, keys);
+            self.value(v, keep, depth + 1, keys)?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads a buffer written by [`Packer`]. Defensive: a malformed buffer gives `None`.
+struct Reader<'a> {
+    buf: &'a Bytes,
+    at: usize,
+    keys: &'a Keys,
+}
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let b = *self.buf.get(self.at)?;
+        self.at += 1;
+        Some(b)
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut n = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            n |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some(n);
+            }
+        }
+        None
+    }
+
+    fn slice(&mut self, len: usize) -> Option<Bytes> {
+        let end = self.at.checked_add(len).filter(|&e| e <= self.buf.len())?;
+        let out = self.buf.slice(self.at..end);
+        self.at = end;
+        Some(out)
+    }
+
+    fn key_bytes(&mut self) -> Option<Bytes> {
+        let k = self.varint()?;
+        if k & 1 == 1 {
+            self.keys.bytes.get(usize::try_from(k >> 1).ok()?).cloned()
+        } else {
+            self.slice(usize::try_from(k >> 1).ok()?)
+        }
+    }
+
+    fn key(&mut self) -> Option<Val> {
+        Some(Val::TStr(Box::new(self.key_bytes()?)))
+    }
+
+    /// Steps over one value without building it.
+    fn skip(&mut self) -> Option<()> {
+        match self.byte()? {
+            NULL | FALSE | TRUE => {}
+            INT => {
+                self.varint()?;
+            }
+            FLOAT => self.advance(8)?,
+            STRING => {
+                let len = usize::try_from(self.varint()?).ok()?;
+                self.advance(len)?;
+            }
+            ARRAY => {
+                for _ in 0..self.varint()? {
+                    self.skip()?;
+                }
+            }
+            OBJECT => {
+                for _ in 0..self.varint()? {
+                    let k = self.varint()?;
+                    if k & 1 == 0 {
+                        self.advance(usize::try_from(k >> 1).ok()?)?;
+                    }
+                    self.skip()?;
+                }
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    fn advance(&mut self, len: usize) -> Option<()> {
+        self.at = self.at.checked_add(len).filter(|&e| e <= self.buf.len())?;
+        Some(())
+    }
+
+    fn val(&mut self) -> Option<Val> {
+        Some(match self.byte()? {
+            NULL => Val::Null,
+            FALSE => Val::Bool(false),
+            TRUE => Val::Bool(true),
+            INT => {
+                let z = self.varint()?;
+                let i = ((z >> 1) as i64) ^ -((z & 1) as i64);
+                Val::Num(Num::Int(isize::try_from(i).ok()?))
+            }
+            FLOAT => {
+                let raw = self.slice(8)?;
+                let f = f64::from_le_bytes(raw.as_ref().try_into().ok()?);
+                Val::Num(float(f))
+            }
+            STRING => {
+                let len = usize::try_from(self.varint()?).ok()?;
+                Val::TStr(Box::new(self.slice(len)?))
+            }
+            ARRAY => {
+                let n = usize::try_from(self.varint()?).ok()?;
+                let mut items = Vec::with_capacity(n.min(self.buf.len()));
+                for _ in 0..n {
+                    items.push(self.val()?);
+                }
+                Val::Arr(Rc::new(items))
+            }
+            OBJECT => {
+                let n = usize::try_from(self.varint()?).ok()?;
+                let mut map = Map::default();
+                map.reserve(n.min(self.buf.len()));
+                for _ in 0..n {
+                    let k = self.key()?;
+                    let v = self.val()?;
+                    map.insert(k, v);
+                }
+                Val::obj(map)
+            }
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const PROJECTION: Keep = Keep::Fields(&[
+        ("kind", Keep::All),
+        ("meta", Keep::Without(&["secret"])),
+        ("items", Keep::Each(&Keep::Fields(&[("a", Keep::All)]))),
+        ("spec", Keep::Fields(&[("x", Keep::All)])),
+        ("list", Keep::Each(&Keep::All)),
+    ]);
+
+    #[test]
+    fn round_trips_like_from_json() {
+        let doc = json!({
+            "z": [1, 2.0, 2.5, -7, null, true, false, "s", {"b": {}, "a": []}],
+            "a": {"nested": {"deep": "é✓"}, "n": 9007199254740993_u64},
+            "big": -9_000_000_000_i64,
+            "": ""
+        });
+        let packed = Packed::pack(&doc, &Keep::All, Limits::default()).unwrap();
+        let direct = super::super::from_json(&doc, Limits::default()).unwrap();
+        assert_eq!(packed.to_json(), super::super::to_json(&direct));
+        assert!(super::super::identical(&packed.to_val(), &direct));
+        assert!(packed.len() < doc.to_string().len());
+    }
+
+    #[test]
+    fn projects_while_packing() {
+        let doc = json!({
+            "kind": "Pod",
+            "drop": {"everything": 1},
+            "meta": {"name": "p", "secret": "x"},
+            "items": [{"a": 1, "b": 2}, 3, [4]],
+            "spec": "not an object",
+            "list": "not an array"
+        });
+        let packed = Packed::pack(&doc, &PROJECTION, Limits::default()).unwrap();
+        assert_eq!(
+            packed.to_json(),
+            json!({"kind": "Pod", "meta": {"name": "p"}, "items": [{"a": 1}, 3, [4]]})
+        );
+    }
+
+    #[test]
+    fn equal_documents_pack_equal_and_keys_learned_once() {
+        let a = json!({"unusual-key-for-this-test": "v", "k": 1});
+        let first = Packed::pack(&a, &Keep::All, Limits::default()).unwrap();
+        let second = Packed::pack(&a, &Keep::All, Limits::default()).unwrap();
+        // The second packing finds the key in the table and writes an id.
+        assert!(second.len() < first.len());
+        assert_eq!(first.to_json(), second.to_json());
+        let third = Packed::pack(&a, &Keep::All, Limits::default()).unwrap();
+        assert_eq!(second, third);
+    }
+
+    #[test]
+    fn looks_up_paths_without_unpacking_the_rest() {
+        let doc = json!({
+            "a": [1, {"x": 2.5}, "s", null, true],
+            "metadata": {"annotations": {"k": "v"}, "labels": {"app": "x", "n": 3}},
+            "z": {"labels": 1}
+        });
+        let packed = Packed::pack(&doc, &Keep::All, Limits::default()).unwrap();
+        let labels = packed.lookup(&["metadata", "labels"]).unwrap();
+        assert_eq!(super::super::to_json(&labels), json!({"app": "x", "n": 3}));
+        assert_eq!(
+            super::super::to_json(&packed.lookup(&["z", "labels"]).unwrap()),
+            json!(1)
+        );
+        assert!(packed.lookup(&["metadata", "missing"]).is_none());
+        assert!(packed.lookup(&["a", "x"]).is_none(), "arrays have no keys");
+        assert_eq!(super::super::to_json(&packed.lookup(&[]).unwrap()), doc);
+    }
+
+    #[test]
+    fn enforces_budgets() {
+        let big = json!({"x": "y".repeat(100)});
+        let tight = Limits {
+            max_bytes: 50,
+            max_depth: 8,
+        };
+        assert!(matches!(
+            Packed::pack(&big, &Keep::All, tight),
+            Err(ConvertError::TooLarge { .. })
+        ));
+        let mut deep = json!(1);
+        for _ in 0..20 {
+            deep = json!([deep]);
+        }
+        let shallow = Limits {
+            max_bytes: 10_000,
+            max_depth: 8,
+        };
+        assert!(matches!(
+            Packed::pack(&deep, &Keep::All, shallow),
+            Err(ConvertError::TooDeep { .. })
+        ));
+    }
+
+    #[test]
+    fn malformed_buffers_unpack_to_null() {
+        for raw in [
+            vec![OBJECT, 5],
+            vec![STRING, 200, 1],
+            vec![99],
+            vec![INT, 0xff],
+        ] {
+            assert!(matches!(Packed(Bytes::from(raw)).to_val(), Val::Null));
+        }
+        assert!(matches!(Packed::default().to_val(), Val::Null));
+    }
+}

@@ -1,0 +1,103 @@
+//! Answers of evaluations on one pod, remembered on the pod.
+//!
+//! Every question resolution asks of a pod alone — does it match a component's type
+//! selector, what are its instance and replica keys, do a gang member's filters pass, what
+//! are its gang keys — depends only on the pod and the definition. A pod version is
+//! immutable, so the answers stay valid until the definition changes (a new catalog
+//! generation). Re-resolving a workload after one pod changed then evaluates only that pod,
+//! and pods stay packed (see [`crate::expr::value::Packed`]) instead of being unpacked on every
+//! resolve.
+
+use std::sync::Mutex;
+
+/// What a question about a pod answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// A yes or no (type selectors, gang filters).
+    Flag(bool),
+    /// A key (instance, replica and gang keys), if the pod has one.
+    Text(Option<Box<str>>),
+}
+
+/// One remembered answer: the question (an address inside the definition), the answer,
+/// and the evaluation error it came with, if any (replayed as a diagnostic).
+#[derive(Clone, Debug)]
+struct Entry {
+    question: usize,
+    answer: Answer,
+    failure: Option<Box<str>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// (catalog generation, definition address) the answers belong to.
+    owner: (u64, usize),
+    entries: Vec<Entry>,
+}
+
+/// The answers remembered for one pod. Cloning gives an empty memo.
+#[derive(Debug, Default)]
+pub struct Memo(Mutex<State>);
+
+impl Clone for Memo {
+    fn clone(&self) -> Self {
+        Memo::default()
+    }
+}
+
+impl Memo {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // The state is a plain cache; a panic elsewhere cannot leave it inconsistent.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The remembered answer to `question` for `owner`, with its evaluation error.
+    pub(crate) fn get(
+        &self,
+        owner: (u64, usize),
+        question: usize,
+    ) -> Option<(Answer, Option<Box<str>>)> {
+        let state = self.state();
+        if state.owner != owner {
+            return None;
+        }
+        state
+            .entries
+            .iter()
+            .find(|e| e.question == question)
+            .map(|e| (e.answer.clone(), e.failure.clone()))
+    }
+
+    /// Remembers an answer; answers of another owner are forgotten.
+    pub(crate) fn put(
+        &self,
+        owner: (u64, usize),
+        question: usize,
+        answer: Answer,
+        failure: Option<Box<str>>,
+    ) {
+        let mut state = self.state();
+        if state.owner != owner {
+            state.owner = owner;
+            state.entries.clear();
+        }
+        if state.entries.iter().all(|e| e.question != question) {
+            state.entries.push(Entry {
+                question,
+                answer,
+                failure,
+            });
+            state.entries.shrink_to_fit();
+        }
+    }
+
+    /// Number of remembered answers (for tests and benchmarks).
+    pub fn len(&self) -> usize {
+        self.state().entries.len()
+    }
+
+    /// True when nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
