@@ -118,6 +118,36 @@ impl ObjectMeta {
     }
 }
 
+/// An object or a pod, converted for the cache (pods are recognised by `v1` kind `Pod`).
+#[derive(Clone, Debug)]
+pub enum Cached {
+    /// Any object but a pod.
+    Object(Arc<Object>),
+    /// A pod.
+    Pod(Arc<Pod>),
+}
+
+impl Cached {
+    /// Converts a document (see [`Object::from_json`] and [`Pod::from_json`]).
+    pub fn from_json(json: &Json, limits: Limits) -> Result<Cached, String> {
+        let is_pod = json.get("kind").and_then(Json::as_str) == Some("Pod")
+            && json.get("apiVersion").and_then(Json::as_str) == Some("v1");
+        Ok(if is_pod {
+            Cached::Pod(Arc::new(Pod::from_json(json, limits)?))
+        } else {
+            Cached::Object(Arc::new(Object::from_json(json, limits)?))
+        })
+    }
+
+    /// The metadata.
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            Cached::Object(o) => &o.meta,
+            Cached::Pod(p) => &p.meta,
+        }
+    }
+}
+
 /// A workload or intermediate object, packed (see [`Packed`]): definitions evaluate a root
 /// when it changes (the index remembers the results per root version), so the value is
 /// unpacked then and not kept.
@@ -292,7 +322,14 @@ impl Pod {
             Ok(p) => (p, None),
             Err(e) => (Packed::default(), Some(e.to_string())),
         };
-        let v = &packed.to_val();
+        // Accounting reads only spec and status: the metadata is not unpacked.
+        let mut parts = jaq_json::Map::default();
+        for part in ["spec", "status"] {
+            if let Some(v) = packed.lookup(&[part]) {
+                parts.insert(value::string(part), v);
+            }
+        }
+        let v = &Val::obj(parts);
         let text = |path: &[&str]| {
             get_path(v, path)
                 .and_then(as_str)

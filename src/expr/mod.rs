@@ -194,6 +194,12 @@ impl Expr {
         self.eval_with(input, &[], None)
     }
 
+    /// True when the expression reads neither its input nor variables (a literal), so any
+    /// input gives the same result.
+    pub fn is_constant(&self) -> bool {
+        matches!(self.fast.as_deref(), Some(fast::Fast::Lit(_)))
+    }
+
     /// Evaluates with global variable values (in the order given at compile time) and an
     /// optional deadline, checked between outputs.
     pub fn eval_with(

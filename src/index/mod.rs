@@ -16,7 +16,7 @@ pub use query::{AttributedPod, Filter, Sizes, TotalsKey};
 
 use crate::definition::Catalog;
 use crate::expr::Limits;
-use crate::object::{Object, ObjectMeta, Pod};
+use crate::object::{Cached, Object, ObjectMeta, Pod};
 use crate::proto::v1 as pb;
 use crate::resolve::ownership::{self, OwnerGraph, Root};
 use crate::resolve::{self, Prepared};
@@ -48,22 +48,6 @@ pub struct Change {
     /// The root's labels before the change (empty for ADDED): with `labels`, this tells a
     /// label-filtered subscriber whether the workload enters or leaves its view.
     pub previous: Labels,
-}
-
-/// A cached object or pod.
-#[derive(Clone)]
-enum Cached {
-    Object(Arc<Object>),
-    Pod(Arc<Pod>),
-}
-
-impl Cached {
-    fn meta(&self) -> &ObjectMeta {
-        match self {
-            Cached::Object(o) => &o.meta,
-            Cached::Pod(p) => &p.meta,
-        }
-    }
 }
 
 struct Entry {
@@ -215,10 +199,17 @@ impl Index {
     /// Adds or replaces one object (any kind; pods are recognised by kind) from `source`.
     /// Returns the object's identity, or why it was skipped.
     pub fn apply(&self, json: &Json, source: &str) -> Result<String, String> {
+        // Converted before the lock is taken: readers do not wait for it.
+        let cached = self.convert(json)?;
         let mut st = self.lock();
-        let uid = self.apply_locked(&mut st, json, source)?;
+        let uid = self.insert_locked(&mut st, cached, source);
         self.flush(&mut st);
         Ok(uid)
+    }
+
+    /// Converts a document for [`Index::reset_converted`], within the index's limits.
+    pub fn convert(&self, json: &Json) -> Result<Cached, String> {
+        Cached::from_json(json, self.limits)
     }
 
     /// Removes one object by uid (or identity).
@@ -231,13 +222,20 @@ impl Index {
     /// Replaces everything `source` holds with `docs` (a full list or relist): objects not in
     /// it are deleted, the rest applied. Returns the documents skipped, with reasons.
     pub fn reset(&self, source: &str, docs: &[Json]) -> Vec<String> {
+        self.reset_converted(source, docs.iter().map(|d| self.convert(d)).collect())
+    }
+
+    /// [`Index::reset`] with documents already converted (a source converts a list while it
+    /// arrives, so it never holds the whole list as JSON). Conversion failures are the
+    /// skipped documents' reasons.
+    pub fn reset_converted(&self, source: &str, items: Vec<Result<Cached, String>>) -> Vec<String> {
         let mut st = self.lock();
         let mut skipped = Vec::new();
         let mut seen = HashSet::new();
-        for doc in docs {
-            match self.apply_locked(&mut st, doc, source) {
-                Ok(uid) => {
-                    seen.insert(uid);
+        for item in items {
+            match item {
+                Ok(cached) => {
+                    seen.insert(self.insert_locked(&mut st, cached, source));
                 }
                 Err(e) => skipped.push(e),
             }
@@ -269,14 +267,8 @@ impl Index {
         self.flush(&mut st);
     }
 
-    fn apply_locked(&self, st: &mut State, json: &Json, source: &str) -> Result<String, String> {
-        let is_pod = json.get("kind").and_then(Json::as_str) == Some("Pod")
-            && json.get("apiVersion").and_then(Json::as_str) == Some("v1");
-        let cached = if is_pod {
-            Cached::Pod(Arc::new(Pod::from_json(json, self.limits)?))
-        } else {
-            Cached::Object(Arc::new(Object::from_json(json, self.limits)?))
-        };
+    /// Inserts a converted object; returns its identity.
+    fn insert_locked(&self, st: &mut State, cached: Cached, source: &str) -> String {
         let uid = cached.meta().identity();
         // A pod update that changes nothing but its resourceVersion (a kubelet heartbeat, a
         // status write with the same content) cannot change any graph: keep the new copy,
@@ -289,7 +281,7 @@ impl Index {
             && before.packed == after.packed
         {
             old.cached = cached;
-            return Ok(uid);
+            return uid;
         }
         let meta = cached.meta().clone();
         if let Some(old) = st.entries.get(&uid) {
@@ -318,7 +310,7 @@ impl Index {
             },
         );
         self.mark_affected(st, &uid);
-        Ok(uid)
+        uid
     }
 
     fn delete_locked(&self, st: &mut State, uid: &str) {
@@ -457,9 +449,9 @@ impl Index {
     /// Resolves root `uid` with the pods below it.
     fn resolve_root(&self, st: &mut State, uid: &str, catalog: &Catalog) -> Option<Resolved> {
         let entry = st.entries.get(uid)?;
-        let root: Object = match &entry.cached {
-            Cached::Object(o) => (**o).clone(),
-            Cached::Pod(p) => p.to_object(),
+        let root: Arc<Object> = match &entry.cached {
+            Cached::Object(o) => o.clone(),
+            Cached::Pod(p) => Arc::new(p.to_object()),
         };
         let lookup = catalog.lookup(&root.meta.api_version, &root.meta.kind)?;
         let _span = tracing::debug_span!(

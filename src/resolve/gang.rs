@@ -81,7 +81,12 @@ impl Resolver<'_> {
             Some(i) if expr.source().contains("$pod") => self.pod_value(i),
             _ => Val::Null,
         };
-        let root = self.root_value();
+        // A literal reads nothing: the root is not unpacked for it.
+        let root = if expr.expr.is_constant() {
+            Val::Null
+        } else {
+            self.root_value()
+        };
         let out = self.eval_on(expr, &root, &[keys, pod], "")?;
         match out.first().and_then(as_f64) {
             Some(n) if n >= 0.0 && n.fract() == 0.0 && n <= f64::from(u32::MAX) => Some(n as u32),

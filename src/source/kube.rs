@@ -24,6 +24,7 @@
 use crate::definition::catalog::version_priority;
 use crate::definition::{Catalog, GroupVersionKind, model};
 use crate::index::Index;
+use crate::object::Cached;
 use crate::source::definitions::Publisher;
 use ::kube::api::{Api, ApiResource, DynamicObject};
 use ::kube::core::{PartialObjectMeta, Status};
@@ -421,7 +422,10 @@ async fn drive<K: serde::Serialize>(
 ) {
     let source = source_name(ar);
     let mut stream = std::pin::pin!(stream);
-    let mut buffer: Vec<Json> = Vec::new();
+    // A (re)list arrives item by item: objects are converted as they come, so the list is
+    // never held as JSON; Karta documents are kept as they are for the definition layer.
+    let mut buffer: Vec<Result<Cached, String>> = Vec::new();
+    let mut kartas: Vec<Json> = Vec::new();
     let mut listed = false;
     let mut inits = 0u32;
     let mut errors = 0u32;
@@ -458,13 +462,23 @@ async fn drive<K: serde::Serialize>(
                 ctx.on_restart(&source, inits > 0);
                 inits += 1;
                 buffer.clear();
+                kartas.clear();
             }
-            Event::InitApply(obj) => buffer.extend(to_json(&obj, ar)),
-            Event::InitDone => {
-                let docs = std::mem::take(&mut buffer);
+            Event::InitApply(obj) => {
+                let Some(json) = to_json(&obj, ar) else {
+                    continue;
+                };
                 match mode {
-                    Mode::Definitions => replace_definitions(ctx, &docs),
-                    Mode::Full | Mode::Metadata => replace_objects(ctx, &source, &docs),
+                    Mode::Definitions => kartas.push(json),
+                    Mode::Full | Mode::Metadata => buffer.push(ctx.index.convert(&json)),
+                }
+            }
+            Event::InitDone => {
+                match mode {
+                    Mode::Definitions => replace_definitions(ctx, &std::mem::take(&mut kartas)),
+                    Mode::Full | Mode::Metadata => {
+                        replace_objects(ctx, &source, std::mem::take(&mut buffer))
+                    }
                 }
                 ctx.on_event(&source, "list");
                 if !listed {
@@ -510,11 +524,12 @@ async fn drive<K: serde::Serialize>(
 }
 
 /// A full (re)list of a kind replaces its objects in the index.
-fn replace_objects(ctx: &Ctx, source: &str, docs: &[Json]) {
-    let skipped = ctx.index.reset(source, docs);
+fn replace_objects(ctx: &Ctx, source: &str, items: Vec<Result<Cached, String>>) {
+    let objects = items.len();
+    let skipped = ctx.index.reset_converted(source, items);
     tracing::info!(
         source = %source,
-        objects = docs.len(),
+        objects,
         skipped = skipped.len(),
         "kubernetes: list replaced"
     );

@@ -52,7 +52,8 @@ const MAX_KEY_LEN: usize = 128;
 
 #[derive(Default)]
 struct Keys {
-    ids: HashMap<Box<str>, u32>,
+    /// Seeded per process: keys come from cluster objects.
+    ids: HashMap<Box<str>, u32, foldhash::quality::RandomState>,
     bytes: Vec<Bytes>,
 }
 
