@@ -414,7 +414,7 @@ async fn watch_kind(ctx: Arc<Ctx>, ar: ApiResource, mode: Mode) {
 
 /// Consumes a watcher stream: buffers each (re)list and replaces the kind's objects at once,
 /// applies and deletes events as they come, and backs off after errors.
-async fn drive<K: serde::Serialize>(
+async fn drive<K: IntoJson>(
     ctx: &Ctx,
     ar: &ApiResource,
     mode: Mode,
@@ -465,7 +465,7 @@ async fn drive<K: serde::Serialize>(
                 kartas.clear();
             }
             Event::InitApply(obj) => {
-                let Some(json) = to_json(&obj, ar) else {
+                let Some(json) = to_json(obj, ar) else {
                     continue;
                 };
                 match mode {
@@ -487,7 +487,7 @@ async fn drive<K: serde::Serialize>(
                 }
             }
             Event::Apply(obj) => {
-                let Some(json) = to_json(&obj, ar) else {
+                let Some(json) = to_json(obj, ar) else {
                     continue;
                 };
                 ctx.on_event(&source, "apply");
@@ -505,7 +505,7 @@ async fn drive<K: serde::Serialize>(
                 }
             }
             Event::Delete(obj) => {
-                let Some(json) = to_json(&obj, ar) else {
+                let Some(json) = to_json(obj, ar) else {
                     continue;
                 };
                 ctx.on_event(&source, "delete");
@@ -637,8 +637,8 @@ fn identity(json: &Json) -> String {
 /// Converts a watched object (full or metadata-only) to JSON with the watched kind's
 /// `apiVersion`/`kind` (metadata-only objects arrive as `meta.k8s.io/v1`
 /// `PartialObjectMetadata`), sanitized.
-fn to_json<K: serde::Serialize>(obj: &K, ar: &ApiResource) -> Option<Json> {
-    let mut json = match serde_json::to_value(obj) {
+fn to_json<K: IntoJson>(obj: K, ar: &ApiResource) -> Option<Json> {
+    let mut json = match obj.into_json() {
         Ok(j) => j,
         Err(e) => {
             tracing::warn!(kind = %ar.kind, "kubernetes: cannot convert object: {e}");
@@ -651,6 +651,31 @@ fn to_json<K: serde::Serialize>(obj: &K, ar: &ApiResource) -> Option<Json> {
     }
     sanitize(&mut json);
     Some(json)
+}
+
+/// A watched object turned into JSON, moving what it already holds as JSON.
+trait IntoJson {
+    fn into_json(self) -> serde_json::Result<Json>;
+}
+
+impl IntoJson for DynamicObject {
+    fn into_json(self) -> serde_json::Result<Json> {
+        // The body is JSON already: only the typed metadata is serialized.
+        let mut json = match self.data {
+            Json::Object(map) => Json::Object(map),
+            _ => Json::Object(serde_json::Map::new()),
+        };
+        if let Json::Object(map) = &mut json {
+            map.insert("metadata".to_owned(), serde_json::to_value(&self.metadata)?);
+        }
+        Ok(json)
+    }
+}
+
+impl IntoJson for PartialObjectMeta<DynamicObject> {
+    fn into_json(self) -> serde_json::Result<Json> {
+        serde_json::to_value(&self)
+    }
 }
 
 /// Strips what is never cached: `metadata.managedFields`; for pods every container's
