@@ -148,7 +148,12 @@ async fn synth_cluster_resolves_cleanly_through_the_fake_api_server() {
         })
         .collect();
     for (api_version, kind) in &kinds {
-        fake.register(api_version, kind, &format!("{}s", kind.to_lowercase()), true);
+        fake.register(
+            api_version,
+            kind,
+            &format!("{}s", kind.to_lowercase()),
+            true,
+        );
     }
     for doc in cluster.all() {
         fake.upsert(doc);
