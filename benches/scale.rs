@@ -332,17 +332,22 @@ async fn cold_start(pods: usize) {
 
     // Fake API server over loopback HTTP, the real kube-rs watchers.
     let fake = fake_apiserver::FakeApiServer::new();
-    for (api_version, kind, plural) in [
-        ("v1", "Pod", "pods"),
-        ("apps/v1", "Deployment", "deployments"),
-        ("apps/v1", "ReplicaSet", "replicasets"),
-        ("apps/v1", "StatefulSet", "statefulsets"),
-        ("batch/v1", "Job", "jobs"),
-        ("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets"),
-        ("kubeflow.org/v1", "PyTorchJob", "pytorchjobs"),
-        ("ray.io/v1", "RayCluster", "rayclusters"),
-    ] {
-        fake.register(api_version, kind, plural, true);
+    // Serve every kind the templates produce (plural: lowercase kind + "s").
+    let kinds: std::collections::BTreeSet<(String, String)> = cluster
+        .all()
+        .iter()
+        .map(|d| {
+            let field = |k: &str| d[k].as_str().unwrap_or_default().to_owned();
+            (field("apiVersion"), field("kind"))
+        })
+        .collect();
+    for (api_version, kind) in &kinds {
+        fake.register(
+            api_version,
+            kind,
+            &format!("{}s", kind.to_lowercase()),
+            true,
+        );
     }
     for doc in cluster.all() {
         fake.upsert(doc);

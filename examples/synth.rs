@@ -2,6 +2,7 @@
 //! workload, for `kartograf serve --manifests DIR` or `kartograf resolve -f DIR --all`.
 //!
 //! `cargo run --release --example synth -- --workloads 1000 --pods 10000 --seed 1 --out DIR`
+//! (`--templates DIR` reads the templates from another directory, e.g. to try one alone).
 
 #[path = "../benches/synth/mod.rs"]
 mod synth;
@@ -25,7 +26,8 @@ fn main() -> Result<(), String> {
         seed: number("--seed", 1)?,
     };
     let out = value("--out").ok_or("--out DIR is required")?;
-    let templates = synth::load_templates(&synth::template_dir())?;
+    let dir = value("--templates").map_or_else(synth::template_dir, std::path::PathBuf::from);
+    let templates = synth::load_templates(&dir)?;
     let cluster = synth::generate(&templates, spec);
     cluster
         .write_dir(std::path::Path::new(&out))

@@ -13,7 +13,7 @@
 //!     - name: "{{PARENT}}-workers-{{J}}"
 //!       count: "{{R-1}}"      # how many; `var` names the running index (default I)
 //!       var: J
-//!       set: {ROLE: workers}  # constants for this level and below
+//!       set: {ROLE: workers}  # variables for this level and below (expanded per object)
 //!       object: {...}
 //!       children: [...]
 //! ```
@@ -22,7 +22,9 @@
 //! that is only a numeric placeholder becomes a number, unless written `{{X:s}}`). Variables: `R` (the workload's scale:
 //! every template yields exactly `R` pods), `NAME`/`NS`/`ROOT_UID` (the root), `UID`/`SELF`
 //! (this object), `PARENT`/`PARENT_UID`, `HASH` (10 hex chars per workload), `SUFFIX` (5 chars
-//! per object), `NODE`, `IP`, and each level's index variable.
+//! per object), `NODE`, `IP`, and each level's index variable. A `set` value is expanded once
+//! before `count` and `name` (so they may use it) and again for each object, after its own
+//! variables, so `set: {HOST: "{{SELF}}"}` names each object itself.
 
 #![allow(dead_code)]
 
@@ -352,6 +354,11 @@ fn emit(
         }
         let name = text(&node.name, vars);
         vars.insert("SELF".into(), name.clone());
+        // Again per object, so that `set` values may use this object's own variables.
+        for (k, v) in &node.set {
+            let v = text(v, vars);
+            vars.insert(k.clone(), v);
+        }
         let mut obj = substitute(&node.object, vars);
         if let Some(meta) = meta_of(&mut obj) {
             // Labels and annotations are string maps, whatever the placeholders expanded to.

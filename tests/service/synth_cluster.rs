@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SPEC: synth::Spec = synth::Spec {
-    workloads: 50,
+    workloads: 60,
     pods: 400,
     seed: 7,
 };
@@ -59,6 +59,21 @@ fn synth_is_deterministic_and_sized_as_asked() {
     assert_eq!(a.pods.len(), SPEC.pods);
     assert!(!a.intermediates.is_empty());
     let templates = synth::load_templates(&synth::template_dir()).unwrap();
+    // The round-robin spread gives every template's framework at least two workloads.
+    for t in &templates {
+        let prefix = format!("{}-", t.framework);
+        let roots = a
+            .roots
+            .iter()
+            .filter(|r| {
+                r["metadata"]["name"]
+                    .as_str()
+                    .and_then(|n| n.strip_prefix(&prefix))
+                    .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
+            })
+            .count();
+        assert!(roots >= 2, "{}: {roots} workloads", t.framework);
+    }
     let other = synth::generate(&templates, synth::Spec { seed: 8, ..SPEC });
     assert_ne!(a.all(), other.all(), "another seed, another cluster");
     // Every pod has a controller owner that exists in the cluster.
@@ -84,6 +99,27 @@ fn synth_cluster_resolves_cleanly_through_the_index() {
     assert_clean(&index, &cluster);
 }
 
+/// Every template resolves cleanly at the smallest scale (2 pods per workload) and at a large one.
+#[test]
+fn synth_cluster_resolves_cleanly_at_the_smallest_and_a_large_scale() {
+    let templates = synth::load_templates(&synth::template_dir()).unwrap();
+    let n = templates.len() * 2;
+    for pods in [2 * n, 40 * n] {
+        let cluster = synth::generate(
+            &templates,
+            synth::Spec {
+                workloads: n,
+                pods,
+                seed: 3,
+            },
+        );
+        assert_eq!(cluster.pods.len(), pods);
+        let index = Index::new(Catalog::embedded().unwrap(), &[]);
+        assert!(index.reset("synth", &cluster.all()).is_empty());
+        assert_clean(&index, &cluster);
+    }
+}
+
 #[test]
 fn synth_cluster_resolves_cleanly_from_a_manifest_directory() {
     let cluster = cluster();
@@ -102,14 +138,23 @@ fn synth_cluster_resolves_cleanly_from_a_manifest_directory() {
 async fn synth_cluster_resolves_cleanly_through_the_fake_api_server() {
     let cluster = cluster();
     let fake = FakeApiServer::new();
-    fake.register("v1", "Pod", "pods", true);
-    fake.register("apps/v1", "Deployment", "deployments", true);
-    fake.register("apps/v1", "ReplicaSet", "replicasets", true);
-    fake.register("apps/v1", "StatefulSet", "statefulsets", true);
-    fake.register("batch/v1", "Job", "jobs", true);
-    fake.register("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", true);
-    fake.register("kubeflow.org/v1", "PyTorchJob", "pytorchjobs", true);
-    fake.register("ray.io/v1", "RayCluster", "rayclusters", true);
+    // Serve every kind the templates produce (plural: lowercase kind + "s").
+    let kinds: std::collections::BTreeSet<(String, String)> = cluster
+        .all()
+        .iter()
+        .map(|d| {
+            let field = |k: &str| d[k].as_str().unwrap_or_default().to_owned();
+            (field("apiVersion"), field("kind"))
+        })
+        .collect();
+    for (api_version, kind) in &kinds {
+        fake.register(
+            api_version,
+            kind,
+            &format!("{}s", kind.to_lowercase()),
+            true,
+        );
+    }
     for doc in cluster.all() {
         fake.upsert(doc);
     }
