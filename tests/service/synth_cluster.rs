@@ -76,16 +76,19 @@ fn synth_is_deterministic_and_sized_as_asked() {
     }
     let other = synth::generate(&templates, synth::Spec { seed: 8, ..SPEC });
     assert_ne!(a.all(), other.all(), "another seed, another cluster");
-    // Every pod has a controller owner that exists in the cluster.
+    // Every pod has a controller owner that exists in the cluster (a Spark executor's owner is
+    // its driver pod).
     let uids: std::collections::HashSet<&str> = a
         .roots
         .iter()
         .chain(&a.intermediates)
+        .chain(&a.pods)
         .filter_map(|d| d["metadata"]["uid"].as_str())
         .collect();
     for pod in &a.pods {
         let owner = &pod["metadata"]["ownerReferences"][0];
         assert_eq!(owner["controller"], true);
+        assert_ne!(owner["uid"], pod["metadata"]["uid"], "{pod}");
         assert!(uids.contains(owner["uid"].as_str().unwrap()), "{pod}");
     }
 }
