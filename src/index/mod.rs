@@ -23,7 +23,7 @@ use crate::resolve::{self, Prepared};
 use arc_swap::ArcSwap;
 use serde_json::Value as Json;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -91,6 +91,18 @@ impl OwnerGraph for Graph<'_> {
 
 type PreparedKey = (String, u64, u64);
 
+/// Two versions of a pod agree on everything accounting and the graph read besides the
+/// definition's questions.
+fn same_accounting(a: &Pod, b: &Pod) -> bool {
+    a.node == b.node
+        && a.phase == b.phase
+        && a.ready == b.ready
+        && a.reason == b.reason
+        && *a.request == *b.request
+        && a.bad_quantities == b.bad_quantities
+        && a.resource_claims == b.resource_claims
+}
+
 /// A resolved root: its graph, where each pod sits, and the root's labels.
 type Resolved = (
     pb::Workload,
@@ -109,6 +121,8 @@ pub struct Index {
     revision_tx: tokio::sync::watch::Sender<u64>,
     /// Mirrors `pending_sources.is_empty()` so health and readiness never wait for the lock.
     synced: AtomicBool,
+    /// Workload resolutions run so far.
+    resolutions: AtomicU64,
 }
 
 /// Where this process's revisions start: a random multiple of 2^32, so a `since_revision`
@@ -142,6 +156,7 @@ impl Index {
             prepared: moka::sync::Cache::builder().max_capacity(100_000).build(),
             revision_tx,
             synced: AtomicBool::new(sources.is_empty()),
+            resolutions: AtomicU64::new(0),
         }
     }
 
@@ -180,6 +195,12 @@ impl Index {
     /// Receivers currently subscribed (open Watch streams and internal listeners).
     pub fn subscribers(&self) -> usize {
         self.revision_tx.receiver_count()
+    }
+
+    /// How many workload resolutions the index has run (each change re-resolves the
+    /// workloads it touches; changes that cannot alter a graph run none).
+    pub fn resolutions(&self) -> u64 {
+        self.resolutions.load(Ordering::Relaxed)
     }
 
     /// True once every source finished its first full sync.
@@ -270,18 +291,26 @@ impl Index {
     /// Inserts a converted object; returns its identity.
     fn insert_locked(&self, st: &mut State, cached: Cached, source: &str) -> String {
         let uid = cached.meta().identity();
-        // A pod update that changes nothing but its resourceVersion (a kubelet heartbeat, a
-        // status write with the same content) cannot change any graph: keep the new copy,
-        // skip re-resolving.
-        if let Some(old) = st.entries.get_mut(&uid)
+        // A pod update that changes nothing the graph reads (a kubelet heartbeat, a restart
+        // count, a status write with the same content) skips re-resolving: the same
+        // projection keeps the cached copy and what it remembers; otherwise the same
+        // accounting facts and the same answers to the definition's questions keep the new
+        // copy (see `resolve::same_answers`).
+        if let Some(old) = st.entries.get(&uid)
             && old.source == source
             && let (Cached::Pod(before), Cached::Pod(after)) = (&old.cached, &cached)
             && before.meta == after.meta
             && before.problem == after.problem
-            && before.packed == after.packed
         {
-            old.cached = cached;
-            return uid;
+            if before.packed == after.packed {
+                return uid;
+            }
+            if same_accounting(before, after) && self.same_answers(st, &uid, before, after) {
+                if let Some(old) = st.entries.get_mut(&uid) {
+                    old.cached = cached;
+                }
+                return uid;
+            }
         }
         let meta = cached.meta().clone();
         if let Some(old) = st.entries.get(&uid) {
@@ -311,6 +340,32 @@ impl Index {
         );
         self.mark_affected(st, &uid);
         uid
+    }
+
+    /// Whether pod `uid`'s new version answers its workload definition's questions as the
+    /// cached one did (false when the pod sits under no resolved workload).
+    fn same_answers(&self, st: &State, uid: &str, before: &Pod, after: &Pod) -> bool {
+        let catalog = self.catalog.load();
+        // A pod that is its own workload is read whole (its status is the workload's).
+        let Some(root) = st
+            .pod_root
+            .get(uid)
+            .filter(|r| r.as_str() != uid)
+            .and_then(|r| st.entries.get(r))
+        else {
+            return false;
+        };
+        let meta = root.cached.meta();
+        let Some(lookup) = catalog.lookup(&meta.api_version, &meta.kind) else {
+            return false;
+        };
+        resolve::same_answers(
+            &lookup.definition,
+            catalog.generation(),
+            before,
+            after,
+            Some(Instant::now() + self.resolve_timeout),
+        )
     }
 
     fn delete_locked(&self, st: &mut State, uid: &str) {
@@ -512,6 +567,7 @@ impl Index {
             deadline: Some(Instant::now() + self.resolve_timeout),
             prepared: Some(&prepared),
         };
+        self.resolutions.fetch_add(1, Ordering::Relaxed);
         let resolution = resolve::resolve(&input);
         let labels = root.labels();
         Some((resolution.workload, resolution.placements, labels))

@@ -328,7 +328,7 @@ impl Resolver<'_> {
     }
 
     /// All filters must yield exactly one output, `true`.
-    fn filters_pass(&mut self, filters: &[Compiled], i: usize, component: &str) -> bool {
+    pub(super) fn filters_pass(&mut self, filters: &[Compiled], i: usize, component: &str) -> bool {
         filters.iter().all(|f| {
             let question = super::question(f, super::FILTER);
             let answer = self.ask(i, question, Some(f), component, |r, pod| {

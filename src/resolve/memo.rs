@@ -91,6 +91,21 @@ impl Memo {
         }
     }
 
+    /// Every remembered (question, answer, error) for `owner`; `None` for another owner.
+    pub(crate) fn answers(
+        &self,
+        owner: (u64, usize),
+    ) -> Option<Vec<(usize, Answer, Option<Box<str>>)>> {
+        let state = self.state();
+        (state.owner == owner).then(|| {
+            state
+                .entries
+                .iter()
+                .map(|e| (e.question, e.answer.clone(), e.failure.clone()))
+                .collect()
+        })
+    }
+
     /// Number of remembered answers (for tests and benchmarks).
     pub fn len(&self) -> usize {
         self.state().entries.len()

@@ -16,7 +16,7 @@ mod status;
 mod tree;
 
 use crate::definition::Definition;
-use crate::definition::compile::Compiled;
+use crate::definition::compile::{Compiled, GangPlan};
 use crate::expr::EvalError;
 use crate::expr::value::to_text;
 use crate::object::{Object, Pod};
@@ -216,6 +216,101 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
         workload,
         placements,
     }
+}
+
+/// True when `after`, a new version of pod `before`, answers every question `definition`
+/// asked of `before` (in catalog `generation`) as `before` did. Resolution reads a pod only
+/// through those answers and its accounting facts (node, phase, readiness, reason, request),
+/// and asks the same questions when the answers are the same, so a pod change that passes
+/// this check and keeps those facts cannot change the workload's graph. The answers are
+/// remembered on `after`. False when `before` was not resolved under this definition, when
+/// the deadline passes, or when the definition's `minMemberPath` reads `$pod` (not
+/// remembered).
+pub fn same_answers(
+    definition: &Definition,
+    generation: u64,
+    before: &Pod,
+    after: &Pod,
+    deadline: Option<Instant>,
+) -> bool {
+    let owner = (generation, std::ptr::from_ref(definition) as usize);
+    let Some(asked) = before.memo.answers(owner) else {
+        return false;
+    };
+    let reads_pod =
+        |plan: &Option<Compiled>| plan.as_ref().is_some_and(|e| e.source().contains("$pod"));
+    let min_member_reads_pod = match &definition.gang {
+        Some(GangPlan::PodGroups(plans)) => plans.iter().any(|p| reads_pod(&p.min_member)),
+        Some(GangPlan::PodGroup(plan)) => reads_pod(&plan.min_member),
+        None => false,
+    };
+    if asked.is_empty() || min_member_reads_pod {
+        return false;
+    }
+    let root = Object {
+        meta: crate::object::ObjectMeta::default(),
+        packed: Default::default(),
+        problem: None,
+    };
+    let pods = [after];
+    let input = Input {
+        definition,
+        generation,
+        root: &root,
+        pods: &pods,
+        fallback_from: None,
+        deadline,
+        prepared: None,
+    };
+    let mut r = Resolver::new(&input);
+    let was_asked = |q: usize| asked.iter().any(|(a, _, _)| *a == q);
+    let mut checked = 0;
+    for comp in &definition.components {
+        let name = comp.name.as_str();
+        if let Some(sel) = &comp.type_selector
+            && was_asked(question(sel, TYPE))
+        {
+            r.ask(
+                0,
+                question(sel, TYPE),
+                sel.key_path.as_ref(),
+                name,
+                |r, pod| tree::type_matches(r, sel, pod, name),
+            );
+            checked += 1;
+        }
+        for expr in [&comp.instance_selector, &comp.replica_selector]
+            .into_iter()
+            .flatten()
+        {
+            if was_asked(question(expr, KEY)) {
+                r.pod_key(expr, 0, name);
+                checked += 1;
+            }
+        }
+    }
+    if let Some(GangPlan::PodGroups(plans)) = &definition.gang {
+        for member in plans.iter().flat_map(|p| &p.members) {
+            let name = definition.components[member.component].name.as_str();
+            for f in &member.filters {
+                if was_asked(question(f, FILTER)) {
+                    r.filters_pass(std::slice::from_ref(f), 0, name);
+                    checked += 1;
+                }
+            }
+            for k in &member.keys {
+                if was_asked(question(k, KEY)) {
+                    r.pod_key(k, 0, name);
+                    checked += 1;
+                }
+            }
+        }
+    }
+    !r.expired
+        && checked == asked.len()
+        && asked
+            .into_iter()
+            .all(|(q, answer, failure)| after.memo.get(owner, q) == Some((answer, failure)))
 }
 
 /// Strips a graph to its summary: no component tree, pod lists or gang members.

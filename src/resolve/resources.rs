@@ -7,11 +7,14 @@ use jaq_json::Val;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock, Mutex};
 
+/// A resource name, shared between the many amounts that carry it.
+pub type Name = Arc<str>;
+
 /// Resources by name, in milli-units (so `500m` CPU is 500 and `1Gi` is 1073741824000).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Amounts {
     /// Resource name to milli-units.
-    pub raw: BTreeMap<String, i128>,
+    pub raw: BTreeMap<Name, i128>,
     /// Extra whole-GPU equivalents not expressed as a resource (a `gpu-fraction` annotation).
     pub gpu_fraction: f64,
 }
@@ -57,7 +60,7 @@ impl Amounts {
                 .raw
                 .iter()
                 .filter(|(_, v)| **v != 0)
-                .map(|(k, v)| (k.clone(), format_quantity(k, *v)))
+                .map(|(k, v)| (k.to_string(), format_quantity(k, *v)))
                 .collect(),
         }
     }
@@ -153,10 +156,10 @@ pub fn format_quantity(name: &str, milli: i128) -> String {
 }
 
 /// A resource list (`requests` or `limits`) as milli-units; bad quantities are reported.
-fn resource_list(list: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<String, i128> {
+fn resource_list(list: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<Name, i128> {
     let mut out = BTreeMap::new();
     for (name, quantity) in list.map(entries).into_iter().flatten() {
-        let name = value::to_text(name);
+        let name: Name = value::to_text(name).into();
         let parsed = match quantity {
             Val::Num(_) => value::as_f64(quantity).map(|f| (f * 1000.0).ceil() as i128),
             _ => as_str(quantity).and_then(parse_quantity),
@@ -173,7 +176,7 @@ fn resource_list(list: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<String, 
 
 /// What one container (or a bare `resources` block) requests: `requests`, each resource
 /// falling back to `limits` (the API server defaults requests from limits).
-fn requirements(resources: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<String, i128> {
+fn requirements(resources: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<Name, i128> {
     let Some(resources) = resources else {
         return BTreeMap::new();
     };
@@ -184,13 +187,13 @@ fn requirements(resources: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<Stri
     requests
 }
 
-fn add_into(sum: &mut BTreeMap<String, i128>, other: &BTreeMap<String, i128>) {
+fn add_into(sum: &mut BTreeMap<Name, i128>, other: &BTreeMap<Name, i128>) {
     for (k, v) in other {
         *sum.entry(k.clone()).or_default() += v;
     }
 }
 
-fn max_into(max: &mut BTreeMap<String, i128>, other: &BTreeMap<String, i128>) {
+fn max_into(max: &mut BTreeMap<Name, i128>, other: &BTreeMap<Name, i128>) {
     for (k, v) in other {
         let slot = max.entry(k.clone()).or_default();
         *slot = (*slot).max(*v);
@@ -202,7 +205,7 @@ fn max_into(max: &mut BTreeMap<String, i128>, other: &BTreeMap<String, i128>) {
 /// other init containers as a per-resource maximum (together with the sidecars started
 /// before them); pod-level `resources` replace CPU and memory; `overhead` added.
 /// Unparseable quantities are skipped and returned in `bad`.
-pub fn pod_spec_request(spec: &Val, bad: &mut Vec<String>) -> BTreeMap<String, i128> {
+pub fn pod_spec_request(spec: &Val, bad: &mut Vec<String>) -> BTreeMap<Name, i128> {
     let mut sum = BTreeMap::new();
     for c in as_array(get(spec, "containers").unwrap_or(&Val::Null)) {
         add_into(&mut sum, &requirements(get(c, "resources"), bad));
@@ -226,7 +229,7 @@ pub fn pod_spec_request(spec: &Val, bad: &mut Vec<String>) -> BTreeMap<String, i
     let pod_level = requirements(get(spec, "resources"), bad);
     for name in ["cpu", "memory"] {
         if let Some(v) = pod_level.get(name) {
-            sum.insert(name.to_owned(), *v);
+            sum.insert(Name::from(name), *v);
         }
     }
     add_into(&mut sum, &resource_list(get(spec, "overhead"), bad));
@@ -240,7 +243,7 @@ pub fn fragmented_request(
     containers: &[Val],
     container: Option<&Val>,
     bad: &mut Vec<String>,
-) -> BTreeMap<String, i128> {
+) -> BTreeMap<Name, i128> {
     let mut sum = BTreeMap::new();
     for c in containers.iter().chain(container) {
         add_into(&mut sum, &requirements(get(c, "resources"), bad));
@@ -274,7 +277,7 @@ pub fn pod_amounts(pod: &Val, bad: &mut Vec<String>) -> Amounts {
 /// Requests kept for sharing; the table is emptied when it reaches this many entries.
 const MAX_SHARED: usize = 4096;
 
-type SharedKey = (Vec<(String, i128)>, u64);
+type SharedKey = (Vec<(Name, i128)>, u64);
 
 static SHARED: LazyLock<Mutex<HashMap<SharedKey, Arc<Amounts>>>> = LazyLock::new(Mutex::default);
 
@@ -326,7 +329,7 @@ mod tests {
     #[test]
     fn equal_requests_are_shared() {
         let amounts = |cpu: i128| Amounts {
-            raw: BTreeMap::from([("cpu".to_owned(), cpu)]),
+            raw: BTreeMap::from([(Name::from("cpu"), cpu)]),
             gpu_fraction: 0.0,
         };
         let (a, b, c) = (

@@ -65,7 +65,12 @@ fn sort_keys(keys: BTreeSet<String>) -> Vec<String> {
 
 /// Whether a pod matches a type selector: its labels, then its key path (evaluated only
 /// when the labels match).
-fn type_matches(r: &mut Resolver<'_>, sel: &TypeSelector, pod: &Val, component: &str) -> Asked {
+pub(super) fn type_matches(
+    r: &mut Resolver<'_>,
+    sel: &TypeSelector,
+    pod: &Val,
+    component: &str,
+) -> Asked {
     let labels = get_path(pod, &["metadata", "labels"]);
     let labels_ok = sel
         .match_labels

@@ -3,6 +3,7 @@
 
 mod fake_apiserver;
 mod hardening;
+mod ingest;
 mod kube;
 mod observability;
 mod synth_cluster;
