@@ -23,7 +23,7 @@ mod fake_apiserver;
 use kartograf::definition::Catalog;
 use kartograf::expr::Limits;
 use kartograf::index::Index;
-use kartograf::object::Pod;
+use kartograf::object::{Object, Pod};
 use serde_json::Value as Json;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Arc;
@@ -177,6 +177,21 @@ fn memory(pods: usize) {
         .collect();
     let pods_alone = live() - before;
     drop(cached);
+    // Breakdown: every converted object (pods and the rest), as the index caches them; the
+    // index heap minus this is its own bookkeeping plus the resolved graphs.
+    let before = live();
+    let converted: Vec<(Option<Pod>, Option<Object>)> = docs
+        .iter()
+        .map(|d| {
+            if d["kind"] == "Pod" && d["apiVersion"] == "v1" {
+                (Some(Pod::from_json(d, Limits::default()).expect("pod")), None)
+            } else {
+                (None, Some(Object::from_json(d, Limits::default()).expect("object")))
+            }
+        })
+        .collect();
+    let converted_alone = live() - before;
+    drop(converted);
     drop(docs);
 
     let catalog = Catalog::embedded().expect("catalog");
@@ -192,6 +207,16 @@ fn memory(pods: usize) {
     }
     let steady = live() - heap0;
     let rss_delta = rss().saturating_sub(rss0);
+    // Breakdown: a deep copy of every served graph (what `Resolve`/`List` answer from).
+    let before = live();
+    let graphs: Vec<kartograf::proto::v1::Workload> = index
+        .list(&Default::default(), 0, usize::MAX)
+        .0
+        .iter()
+        .map(|w| (**w).clone())
+        .collect();
+    let graphs_alone = live() - before;
+    drop(graphs);
 
     // Full relist: the list is buffered as JSON (as the kube watcher does), then replaces the
     // source's objects at once.
@@ -232,6 +257,13 @@ fn memory(pods: usize) {
     println!(
         "        of which the cached Pod values alone: {:.0} B/pod",
         per(pods_alone)
+    );
+    println!(
+        "        all converted objects alone: {:.0} B/pod; served graphs (deep copy): {:.0} B/pod; \
+         index bookkeeping (heap - objects - graphs): {:.0} B/pod",
+        per(converted_alone),
+        per(graphs_alone),
+        (steady as f64 - converted_alone as f64 - graphs_alone as f64) / n_pods as f64,
     );
     println!(
         "relist  {n_pods} pods: peak {:.1} MB = {:.2}x steady with the list buffered as JSON; \
