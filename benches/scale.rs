@@ -184,9 +184,15 @@ fn memory(pods: usize) {
         .iter()
         .map(|d| {
             if d["kind"] == "Pod" && d["apiVersion"] == "v1" {
-                (Some(Pod::from_json(d, Limits::default()).expect("pod")), None)
+                (
+                    Some(Pod::from_json(d, Limits::default()).expect("pod")),
+                    None,
+                )
             } else {
-                (None, Some(Object::from_json(d, Limits::default()).expect("object")))
+                (
+                    None,
+                    Some(Object::from_json(d, Limits::default()).expect("object")),
+                )
             }
         })
         .collect();
