@@ -180,22 +180,16 @@ fn memory(pods: usize) {
     // Breakdown: every converted object (pods and the rest), as the index caches them; the
     // index heap minus this is its own bookkeeping plus the resolved graphs.
     let before = live();
-    let converted: Vec<(Option<Pod>, Option<Object>)> = docs
-        .iter()
-        .map(|d| {
-            if d["kind"] == "Pod" && d["apiVersion"] == "v1" {
-                (
-                    Some(Pod::from_json(d, Limits::default()).expect("pod")),
-                    None,
-                )
-            } else {
-                (
-                    None,
-                    Some(Object::from_json(d, Limits::default()).expect("object")),
-                )
-            }
-        })
-        .collect();
+    let mut converted: (Vec<Arc<Pod>>, Vec<Arc<Object>>) = (Vec::new(), Vec::new());
+    for d in &docs {
+        if d["kind"] == "Pod" && d["apiVersion"] == "v1" {
+            let pod = Pod::from_json(d, Limits::default()).expect("pod");
+            converted.0.push(Arc::new(pod));
+        } else {
+            let object = Object::from_json(d, Limits::default()).expect("object");
+            converted.1.push(Arc::new(object));
+        }
+    }
     let converted_alone = live() - before;
     drop(converted);
     drop(docs);
