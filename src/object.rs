@@ -322,12 +322,17 @@ impl Pod {
             Ok(p) => (p, None),
             Err(e) => (Packed::default(), Some(e.to_string())),
         };
-        // Accounting reads only spec and status: the metadata is not unpacked.
+        // Accounting reads spec, status and the annotations: the rest is not unpacked.
         let mut parts = jaq_json::Map::default();
         for part in ["spec", "status"] {
             if let Some(v) = packed.lookup(&[part]) {
                 parts.insert(value::string(part), v);
             }
+        }
+        if let Some(a) = packed.lookup(&["metadata", "annotations"]) {
+            let mut meta = jaq_json::Map::default();
+            meta.insert(value::string("annotations"), a);
+            parts.insert(value::string("metadata"), Val::obj(meta));
         }
         let v = &Val::obj(parts);
         let text = |path: &[&str]| {

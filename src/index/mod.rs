@@ -8,6 +8,8 @@
 //! evaluation ([`resolve::Prepared`]) is memoized per root version and catalog generation, so
 //! a pod change re-resolves without re-evaluating the root.
 
+mod names;
+mod placements;
 mod published;
 mod query;
 
@@ -21,6 +23,8 @@ use crate::proto::v1 as pb;
 use crate::resolve::ownership::{self, OwnerGraph, Root};
 use crate::resolve::{self, Prepared};
 use arc_swap::ArcSwap;
+use names::{Name, NameIndex};
+use placements::Placements;
 use serde_json::Value as Json;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,38 +54,66 @@ pub struct Change {
     pub previous: Labels,
 }
 
+/// An object's identity (its uid), allocated once and shared by every map that refers to it.
+type Uid = Arc<str>;
+
 struct Entry {
     cached: Cached,
     /// Bumped on every change of this object.
     version: u64,
-    source: String,
+    /// The source it came from (shared by all of that source's objects).
+    source: Arc<str>,
+    /// For a pod: the root it was last resolved under.
+    root: Option<Uid>,
 }
 
 /// A root workload with its current graph.
 struct WorkloadEntry {
     graph: Arc<Published>,
-    placements: HashMap<String, pb::PodPlacement>,
+    placements: Placements,
     labels: Labels,
 }
 
 #[derive(Default)]
 struct State {
     revision: u64,
-    entries: HashMap<String, Entry>,
+    entries: HashMap<Uid, Entry>,
     /// (apiVersion-less kind, namespace, name) -> uid.
-    by_name: HashMap<(String, String, String), String>,
+    by_name: NameIndex,
     /// owner uid -> uids of objects whose controller it is.
-    children: HashMap<String, BTreeSet<String>>,
-    workloads: HashMap<String, WorkloadEntry>,
-    /// Root each pod was last resolved under.
-    pod_root: HashMap<String, String>,
+    children: HashMap<Uid, BTreeSet<Uid>>,
+    workloads: HashMap<Uid, WorkloadEntry>,
     history: VecDeque<Change>,
-    dirty: BTreeSet<String>,
+    dirty: BTreeSet<Uid>,
     pending_sources: HashSet<String>,
+    /// Every source name seen, so entries share one copy.
+    sources: Vec<Arc<str>>,
     version_counter: u64,
 }
 
-struct Graph<'a>(&'a HashMap<String, Entry>);
+impl State {
+    /// The shared copy of `uid` when some map already holds one, else a new one.
+    fn uid(&self, uid: &str) -> Uid {
+        self.entries
+            .get_key_value(uid)
+            .map(|(k, _)| k)
+            .or_else(|| self.children.get_key_value(uid).map(|(k, _)| k))
+            .or_else(|| self.workloads.get_key_value(uid).map(|(k, _)| k))
+            .map_or_else(|| Arc::from(uid), Arc::clone)
+    }
+
+    /// The shared copy of a source name.
+    fn source(&mut self, source: &str) -> Arc<str> {
+        if let Some(s) = self.sources.iter().find(|s| s.as_ref() == source) {
+            return s.clone();
+        }
+        let s: Arc<str> = Arc::from(source);
+        self.sources.push(s.clone());
+        s
+    }
+}
+
+struct Graph<'a>(&'a HashMap<Uid, Entry>);
 
 impl OwnerGraph for Graph<'_> {
     fn meta(&self, uid: &str) -> Option<&ObjectMeta> {
@@ -89,7 +121,7 @@ impl OwnerGraph for Graph<'_> {
     }
 }
 
-type PreparedKey = (String, u64, u64);
+type PreparedKey = (Uid, u64, u64);
 
 /// Two versions of a pod agree on everything accounting and the graph read besides the
 /// definition's questions.
@@ -261,10 +293,10 @@ impl Index {
                 Err(e) => skipped.push(e),
             }
         }
-        let stale: Vec<String> = st
+        let stale: Vec<Uid> = st
             .entries
             .iter()
-            .filter(|(uid, e)| e.source == source && !seen.contains(*uid))
+            .filter(|(uid, e)| e.source.as_ref() == source && !seen.contains(uid.as_ref()))
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in stale {
@@ -278,7 +310,7 @@ impl Index {
     pub fn set_catalog(&self, catalog: Catalog) {
         self.catalog.store(Arc::new(catalog));
         let mut st = self.lock();
-        let all: Vec<String> = st
+        let all: Vec<Uid> = st
             .entries
             .keys()
             .cloned()
@@ -296,8 +328,8 @@ impl Index {
         // projection keeps the cached copy and what it remembers; otherwise the same
         // accounting facts and the same answers to the definition's questions keep the new
         // copy (see `resolve::same_answers`).
-        if let Some(old) = st.entries.get(&uid)
-            && old.source == source
+        if let Some(old) = st.entries.get(uid.as_str())
+            && old.source.as_ref() == source
             && let (Cached::Pod(before), Cached::Pod(after)) = (&old.cached, &cached)
             && before.meta == after.meta
             && before.problem == after.problem
@@ -306,38 +338,39 @@ impl Index {
                 return uid;
             }
             if same_accounting(before, after) && self.same_answers(st, &uid, before, after) {
-                if let Some(old) = st.entries.get_mut(&uid) {
+                if let Some(old) = st.entries.get_mut(uid.as_str()) {
                     old.cached = cached;
                 }
                 return uid;
             }
         }
-        let meta = cached.meta().clone();
-        if let Some(old) = st.entries.get(&uid) {
+        let shared = st.uid(&uid);
+        let mut root = None;
+        if let Some(old) = st.entries.get(uid.as_str()) {
+            root = old.root.clone();
             let old_meta = old.cached.meta().clone();
             self.unlink(st, &uid, &old_meta);
         }
         self.mark_affected(st, &uid);
         st.version_counter += 1;
         let version = st.version_counter;
-        if let Some(owner) = meta.controller() {
-            st.children
-                .entry(owner.uid.clone())
-                .or_default()
-                .insert(uid.clone());
+        if let Some(owner) = cached.meta().controller() {
+            let owner = st.uid(&owner.uid);
+            st.children.entry(owner).or_default().insert(shared.clone());
         }
-        st.by_name.insert(
-            (meta.kind.clone(), meta.namespace.clone(), meta.name.clone()),
-            uid.clone(),
-        );
+        let source = st.source(source);
+        let meta = cached.clone();
         st.entries.insert(
-            uid.clone(),
+            shared.clone(),
             Entry {
                 cached,
                 version,
-                source: source.to_owned(),
+                source,
+                root,
             },
         );
+        st.by_name
+            .insert(&Graph(&st.entries), Name::of(meta.meta()), shared);
         self.mark_affected(st, &uid);
         uid
     }
@@ -348,9 +381,10 @@ impl Index {
         let catalog = self.catalog.load();
         // A pod that is its own workload is read whole (its status is the workload's).
         let Some(root) = st
-            .pod_root
+            .entries
             .get(uid)
-            .filter(|r| r.as_str() != uid)
+            .and_then(|e| e.root.as_ref())
+            .filter(|r| r.as_ref() != uid)
             .and_then(|r| st.entries.get(r))
         else {
             return false;
@@ -375,29 +409,28 @@ impl Index {
         let meta = entry.cached.meta().clone();
         self.mark_affected(st, uid);
         self.unlink(st, uid, &meta);
-        st.entries.remove(uid);
-        st.dirty.insert(uid.to_owned());
+        if let Some((shared, _)) = st.entries.remove_entry(uid) {
+            st.dirty.insert(shared);
+        }
     }
 
     fn unlink(&self, st: &mut State, uid: &str, meta: &ObjectMeta) {
         if let Some(owner) = meta.controller()
-            && let Some(set) = st.children.get_mut(&owner.uid)
+            && let Some(set) = st.children.get_mut(owner.uid.as_str())
         {
             set.remove(uid);
             if set.is_empty() {
-                st.children.remove(&owner.uid);
+                st.children.remove(owner.uid.as_str());
             }
         }
-        let key = (meta.kind.clone(), meta.namespace.clone(), meta.name.clone());
-        if st.by_name.get(&key).is_some_and(|u| u == uid) {
-            st.by_name.remove(&key);
-        }
+        st.by_name
+            .remove_if(&Graph(&st.entries), Name::of(meta), uid);
     }
 
     /// Marks dirty every root that `uid` or anything below it belongs to (now or before).
     fn mark_affected(&self, st: &mut State, uid: &str) {
         let catalog = self.catalog.load();
-        let mut stack = vec![(uid.to_owned(), 0usize)];
+        let mut stack = vec![(st.uid(uid), 0usize)];
         let mut seen = HashSet::new();
         let mut dirty = Vec::new();
         while let Some((at, depth)) = stack.pop() {
@@ -405,12 +438,12 @@ impl Index {
                 continue;
             }
             dirty.push(at.clone());
-            if let Some(previous) = st.pod_root.get(&at) {
-                dirty.push(previous.clone());
-            }
             if let Some(entry) = st.entries.get(&at) {
+                if let Some(previous) = &entry.root {
+                    dirty.push(previous.clone());
+                }
                 match ownership::root_of(entry.cached.meta(), &Graph(&st.entries), &catalog) {
-                    Root::Owner(owner) => dirty.push(owner.uid),
+                    Root::Owner(owner) => dirty.push(st.uid(&owner.uid)),
                     Root::Itself | Root::Uncovered(_) => {}
                 }
             }
@@ -430,6 +463,7 @@ impl Index {
         let dirty = std::mem::take(&mut st.dirty);
         let mut changed = false;
         for uid in dirty {
+            let uid = st.uid(&uid);
             let is_root = st.entries.get(&uid).is_some_and(|e| {
                 ownership::root_of(e.cached.meta(), &Graph(&st.entries), &catalog) == Root::Itself
             });
@@ -457,6 +491,7 @@ impl Index {
                 if !same {
                     let mut graph = graph;
                     graph.revision = st.revision + 1;
+                    let placements = Placements::pack(placements, |pod| st.uid(pod));
                     let graph = Arc::new(Published::new(graph));
                     st.workloads.insert(
                         uid.clone(),
@@ -469,8 +504,11 @@ impl Index {
                     let previous = previous.unwrap_or_else(|| Arc::from([]));
                     self.publish(st, kind, graph, labels, previous);
                     changed = true;
-                } else if let Some(w) = st.workloads.get_mut(&uid) {
-                    w.placements = placements;
+                } else {
+                    let placements = Placements::pack(placements, |pod| st.uid(pod));
+                    if let Some(w) = st.workloads.get_mut(&uid) {
+                        w.placements = placements;
+                    }
                 }
             }
         }
@@ -516,7 +554,7 @@ impl Index {
             name = %root.meta.name
         )
         .entered();
-        let key = (uid.to_owned(), entry.version, catalog.generation());
+        let key = (st.uid(uid), entry.version, catalog.generation());
         let prepared = match self.prepared.get(&key) {
             Some(p) => p,
             None => {
@@ -530,11 +568,12 @@ impl Index {
             }
         };
         // Pods below the root, through any cached intermediates.
-        let mut pods: Vec<Arc<Pod>> = Vec::new();
+        let root_uid = st.uid(uid);
+        let mut pods: Vec<(Uid, Arc<Pod>)> = Vec::new();
         if let Cached::Pod(p) = &entry.cached {
-            pods.push(p.clone());
+            pods.push((root_uid.clone(), p.clone()));
         }
-        let mut stack = vec![(uid.to_owned(), 0usize)];
+        let mut stack = vec![(root_uid.clone(), 0usize)];
         let mut seen = HashSet::new();
         while let Some((at, depth)) = stack.pop() {
             if !seen.insert(at.clone()) || depth > ownership::MAX_HOPS {
@@ -545,7 +584,7 @@ impl Index {
                     // Pods can own further objects (a leader pod owning its workers'
                     // StatefulSet, a driver pod owning its executors).
                     Some(Cached::Pod(p)) => {
-                        pods.push(p.clone());
+                        pods.push((child.clone(), p.clone()));
                         stack.push((child.clone(), depth + 1));
                     }
                     Some(Cached::Object(_)) => stack.push((child.clone(), depth + 1)),
@@ -553,11 +592,13 @@ impl Index {
                 }
             }
         }
-        pods.sort_by(|a, b| a.meta.name.cmp(&b.meta.name));
-        for p in &pods {
-            st.pod_root.insert(p.meta.identity(), uid.to_owned());
+        pods.sort_by(|(_, a), (_, b)| a.meta.name.cmp(&b.meta.name));
+        for (pod, _) in &pods {
+            if let Some(e) = st.entries.get_mut(pod) {
+                e.root = Some(root_uid.clone());
+            }
         }
-        let refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
+        let refs: Vec<&Pod> = pods.iter().map(|(_, p)| p.as_ref()).collect();
         let input = resolve::Input {
             definition: &lookup.definition,
             generation: catalog.generation(),

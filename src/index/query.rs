@@ -1,6 +1,7 @@
 //! Reading the index: lookups, filtered lists, totals and the change history.
 
-use super::{Cached, Change, Index, Published, State, WorkloadEntry};
+use super::names::Name;
+use super::{Cached, Change, Graph, Index, Published, State, WorkloadEntry};
 use crate::proto::v1 as pb;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -197,15 +198,15 @@ impl Index {
             .map(|w| {
                 let mut pods: Vec<AttributedPod> = w
                     .placements
-                    .iter()
-                    .filter(|(_, p)| !p.component.is_empty())
-                    .filter_map(|(uid, p)| {
+                    .components()
+                    .filter(|(_, component)| !component.is_empty())
+                    .filter_map(|(uid, component)| {
                         let meta = st.entries.get(uid)?.cached.meta();
                         Some(AttributedPod {
                             namespace: meta.namespace.clone(),
                             name: meta.name.clone(),
                             uid: meta.uid.clone(),
-                            component: p.component.clone(),
+                            component: component.to_owned(),
                         })
                     })
                     .collect();
@@ -230,7 +231,7 @@ impl Index {
     pub fn published(&self, r: &pb::ObjectRef) -> Option<Arc<Published>> {
         let st = self.lock();
         if !r.uid.is_empty() {
-            return st.workloads.get(&r.uid).map(|w| w.graph.clone());
+            return st.workloads.get(r.uid.as_str()).map(|w| w.graph.clone());
         }
         st.workloads
             .values()
@@ -250,10 +251,14 @@ impl Index {
     /// workload), and its `apiVersion`.
     pub fn object_api_version(&self, kind: &str, namespace: &str, name: &str) -> Option<String> {
         let st = self.lock();
+        let key = Name {
+            kind,
+            namespace,
+            name,
+        };
         st.by_name
-            .iter()
-            .find(|((k, ns, n), _)| k.eq_ignore_ascii_case(kind) && ns == namespace && n == name)
-            .and_then(|(_, uid)| st.entries.get(uid))
+            .get_ignoring_kind_case(&Graph(&st.entries), key)
+            .and_then(|uid| st.entries.get(uid))
             .map(|e| e.cached.meta().api_version.clone())
     }
 
@@ -273,20 +278,20 @@ impl Index {
         r: &pb::ObjectRef,
     ) -> Result<(Arc<Published>, pb::PodPlacement), bool> {
         let st = self.lock();
-        let uid = if r.uid.is_empty() {
-            st.by_name
-                .get(&("Pod".to_owned(), r.namespace.clone(), r.name.clone()))
-                .cloned()
-                .ok_or(false)?
+        let uid: &str = if r.uid.is_empty() {
+            let key = Name {
+                kind: "Pod",
+                namespace: &r.namespace,
+                name: &r.name,
+            };
+            st.by_name.get(&Graph(&st.entries), key).ok_or(false)?
         } else {
-            r.uid.clone()
+            &r.uid
         };
-        if !st.entries.contains_key(&uid) {
-            return Err(false);
-        }
-        let root = st.pod_root.get(&uid).ok_or(true)?;
+        let entry = st.entries.get(uid).ok_or(false)?;
+        let root = entry.root.as_ref().ok_or(true)?;
         let w = st.workloads.get(root).ok_or(true)?;
-        let placement = w.placements.get(&uid).cloned().unwrap_or_default();
+        let placement = w.placements.get(uid).unwrap_or_default();
         Ok((w.graph.clone(), placement))
     }
 

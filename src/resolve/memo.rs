@@ -19,6 +19,9 @@ pub enum Answer {
     Text(Option<Box<str>>),
 }
 
+/// A remembered (question, answer, evaluation error).
+pub(crate) type Remembered = (usize, Answer, Option<Box<str>>);
+
 /// One remembered answer: the question (an address inside the definition), the answer,
 /// and the evaluation error it came with, if any (replayed as a diagnostic).
 #[derive(Clone, Debug)]
@@ -92,10 +95,7 @@ impl Memo {
     }
 
     /// Every remembered (question, answer, error) for `owner`; `None` for another owner.
-    pub(crate) fn answers(
-        &self,
-        owner: (u64, usize),
-    ) -> Option<Vec<(usize, Answer, Option<Box<str>>)>> {
+    pub(crate) fn answers(&self, owner: (u64, usize)) -> Option<Vec<Remembered>> {
         let state = self.state();
         (state.owner == owner).then(|| {
             state
