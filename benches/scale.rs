@@ -215,16 +215,6 @@ fn memory(pods: usize) {
     }
     let steady = live() - heap0;
     let rss_delta = rss().saturating_sub(rss0);
-    // Breakdown: a deep copy of every served graph (what `Resolve`/`List` answer from).
-    let before = live();
-    let graphs: Vec<kartograf::proto::v1::Workload> = index
-        .list(&Default::default(), 0, usize::MAX)
-        .0
-        .iter()
-        .map(|w| (**w).clone())
-        .collect();
-    let graphs_alone = live() - before;
-    drop(graphs);
 
     // Full relist as the Kubernetes source does it: each item is converted as it arrives
     // and the converted list replaces the source's objects at once.
@@ -278,11 +268,10 @@ fn memory(pods: usize) {
         per(pods_alone)
     );
     println!(
-        "        all converted objects alone: {:.0} B/pod; served graphs (deep copy): {:.0} B/pod; \
-         index bookkeeping (heap - objects - graphs): {:.0} B/pod",
+        "        all converted objects alone: {:.0} B/pod; published graphs and index \
+         bookkeeping (heap - objects): {:.0} B/pod",
         per(converted_alone),
-        per(graphs_alone),
-        (steady as f64 - converted_alone as f64 - graphs_alone as f64) / n_pods as f64,
+        (steady as f64 - converted_alone as f64) / n_pods as f64,
     );
     println!(
         "relist  {n_pods} pods: peak {:.1} MB = {:.2}x steady, items converted as they arrive; \

@@ -485,14 +485,15 @@ impl Index {
                 };
                 // A label change alone is published too: label-filtered watchers see the
                 // workload enter or leave their view.
+                let mut graph = graph;
+                graph.revision = st.revision + 1;
+                let graph = Published::new(graph);
                 let same = st.workloads.get(&uid).is_some_and(|w| {
-                    same_graph(&w.graph, &graph) && w.labels.as_ref() == labels.as_ref()
+                    w.graph.same_graph(&graph) && w.labels.as_ref() == labels.as_ref()
                 });
                 if !same {
-                    let mut graph = graph;
-                    graph.revision = st.revision + 1;
                     let placements = Placements::pack(placements, |pod| st.uid(pod));
-                    let graph = Arc::new(Published::new(graph));
+                    let graph = Arc::new(graph);
                     st.workloads.insert(
                         uid.clone(),
                         WorkloadEntry {
@@ -613,17 +614,4 @@ impl Index {
         let labels = root.labels();
         Some((resolution.workload, resolution.placements, labels))
     }
-}
-
-/// Graphs equal but for the revision.
-fn same_graph(a: &pb::Workload, b: &pb::Workload) -> bool {
-    a.status == b.status
-        && a.pods == b.pods
-        && a.totals == b.totals
-        && a.gang == b.gang
-        && a.components == b.components
-        && a.unattributed_pods == b.unattributed_pods
-        && a.diagnostics == b.diagnostics
-        && a.definition == b.definition
-        && a.r#ref == b.r#ref
 }

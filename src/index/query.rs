@@ -189,8 +189,9 @@ impl Index {
         pending
     }
 
-    /// Every workload in (namespace, kind, name) order, with the pods its resolution placed
-    /// in a component (by pod name); unattributed pods are left out.
+    /// Every workload's summary ([`crate::resolve::summarize`]) in (namespace, kind, name)
+    /// order, with the pods its resolution placed in a component (by pod name); unattributed
+    /// pods are left out.
     pub fn attributed_pods(&self) -> Vec<(Arc<pb::Workload>, Vec<AttributedPod>)> {
         let st = self.lock();
         Self::entries_sorted(&st)
@@ -211,7 +212,7 @@ impl Index {
                     })
                     .collect();
                 pods.sort_by(|a, b| a.name.cmp(&b.name));
-                (w.graph.graph.clone(), pods)
+                (w.graph.summary.clone(), pods)
             })
             .collect()
     }
@@ -224,7 +225,7 @@ impl Index {
 
     /// The workload with this uid, or this kind (case-insensitive, optional) / namespace / name.
     pub fn workload(&self, r: &pb::ObjectRef) -> Option<Arc<pb::Workload>> {
-        self.published(r).map(|p| p.graph.clone())
+        self.published(r).map(|p| Arc::new(p.graph()))
     }
 
     /// Like [`Index::workload`], with the graph's shared wire encodings.
@@ -233,17 +234,32 @@ impl Index {
         if !r.uid.is_empty() {
             return st.workloads.get(r.uid.as_str()).map(|w| w.graph.clone());
         }
+        let matches = |g: &pb::ObjectRef| {
+            g.name == r.name
+                && g.namespace == r.namespace
+                && (r.kind.is_empty() || g.kind.eq_ignore_ascii_case(&r.kind))
+                && (r.api_version.is_empty() || g.api_version == r.api_version)
+        };
+        // By name through the name index; a scan only without a kind or when another
+        // group's kind of the same name holds the name.
+        if !r.kind.is_empty() {
+            let key = Name {
+                kind: &r.kind,
+                namespace: &r.namespace,
+                name: &r.name,
+            };
+            let found = st
+                .by_name
+                .get_ignoring_kind_case(&Graph(&st.entries), key)
+                .and_then(|uid| st.workloads.get(uid))
+                .filter(|w| w.graph.r#ref.as_ref().is_some_and(matches));
+            if let Some(w) = found {
+                return Some(w.graph.clone());
+            }
+        }
         st.workloads
             .values()
-            .find(|w| {
-                let g = w.graph.r#ref.as_ref();
-                g.is_some_and(|g| {
-                    g.name == r.name
-                        && g.namespace == r.namespace
-                        && (r.kind.is_empty() || g.kind.eq_ignore_ascii_case(&r.kind))
-                        && (r.api_version.is_empty() || g.api_version == r.api_version)
-                })
-            })
+            .find(|w| w.graph.r#ref.as_ref().is_some_and(matches))
             .map(|w| w.graph.clone())
     }
 
@@ -269,7 +285,7 @@ impl Index {
         r: &pb::ObjectRef,
     ) -> Result<(Arc<pb::Workload>, pb::PodPlacement), bool> {
         self.published_of_pod(r)
-            .map(|(p, at)| (p.graph.clone(), at))
+            .map(|(p, at)| (Arc::new(p.graph()), at))
     }
 
     /// Like [`Index::workload_of_pod`], with the graph's shared wire encodings.
@@ -314,7 +330,7 @@ impl Index {
             .into_iter()
             .skip(offset)
             .take(limit)
-            .map(|w| w.graph.graph.clone())
+            .map(|w| Arc::new(w.graph.graph()))
             .collect();
         (page, more, st.revision)
     }
