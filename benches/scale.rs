@@ -27,7 +27,7 @@ use kartograf::object::{Object, Pod};
 use serde_json::Value as Json;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// mimalloc (as the service binary uses) with live and peak byte counters.
@@ -35,12 +35,15 @@ struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Counting is switched off for the timed phases, which then run on plain mimalloc as the
+/// service does (LIVE and PEAK mean nothing after that).
+static COUNTING: AtomicBool = AtomicBool::new(true);
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded unchanged to mimalloc.
         let p = unsafe { mimalloc::MiMalloc.alloc(layout) };
-        if !p.is_null() {
+        if !p.is_null() && COUNTING.load(Ordering::Relaxed) {
             let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
             PEAK.fetch_max(now, Ordering::Relaxed);
         }
@@ -50,13 +53,15 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded unchanged to mimalloc.
         unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded unchanged to mimalloc.
         let p = unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
+        if !p.is_null() && COUNTING.load(Ordering::Relaxed) {
             if new_size >= layout.size() {
                 let now = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size
                     - layout.size();
@@ -452,6 +457,7 @@ fn main() {
     for &pods in &o.sizes {
         memory(pods);
     }
+    COUNTING.store(false, Ordering::Relaxed);
     ingest(o.events);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -5,7 +5,7 @@ use crate::definition::GroupVersionKind;
 use crate::expr::Limits;
 use crate::expr::value::{self, Keep, Packed, as_array, as_str, get, get_path};
 use crate::resolve::Memo;
-use crate::resolve::resources::{self, Amounts};
+use crate::resolve::resources::{self, Request};
 use jaq_json::Val;
 use serde_json::Value as Json;
 use std::sync::Arc;
@@ -130,10 +130,20 @@ pub enum Cached {
 impl Cached {
     /// Converts a document (see [`Object::from_json`] and [`Pod::from_json`]).
     pub fn from_json(json: &Json, limits: Limits) -> Result<Cached, String> {
+        Cached::convert(json, limits, false)
+    }
+
+    /// Like [`Cached::from_json`]; a pod also keeps its unpacked value for its first
+    /// resolution (see [`Pod::from_json_keeping_value`]).
+    pub fn from_json_keeping_value(json: &Json, limits: Limits) -> Result<Cached, String> {
+        Cached::convert(json, limits, true)
+    }
+
+    fn convert(json: &Json, limits: Limits, keep: bool) -> Result<Cached, String> {
         let is_pod = json.get("kind").and_then(Json::as_str) == Some("Pod")
             && json.get("apiVersion").and_then(Json::as_str) == Some("v1");
         Ok(if is_pod {
-            Cached::Pod(Arc::new(Pod::from_json(json, limits)?))
+            Cached::Pod(Arc::new(Pod::convert(json, limits, keep)?))
         } else {
             Cached::Object(Arc::new(Object::from_json(json, limits)?))
         })
@@ -215,7 +225,7 @@ pub struct Pod {
     /// Why the pod is not ready: PodScheduled=False reason, `status.reason` or Ready=False reason.
     pub reason: String,
     /// Effective request of the pod, shared between pods with equal requests.
-    pub request: Arc<Amounts>,
+    pub request: Arc<Request>,
     /// Resource quantities that could not be parsed.
     pub bad_quantities: Vec<String>,
     /// Number of DRA resource claims.
@@ -317,24 +327,41 @@ impl Pod {
     /// Builds a pod from JSON (see [`Object::from_json`] for failure rules), keeping only
     /// its [`project_pod`] projection, packed.
     pub fn from_json(json: &Json, limits: Limits) -> Result<Pod, String> {
+        Pod::convert(json, limits, false)
+    }
+
+    /// Like [`Pod::from_json`], keeping the unpacked value for the pod's first resolution
+    /// (which takes it) instead of unpacking twice. For one pod applied at a time; whoever
+    /// keeps the pod without resolving it calls `memo.drop_value()`.
+    pub fn from_json_keeping_value(json: &Json, limits: Limits) -> Result<Pod, String> {
+        Pod::convert(json, limits, true)
+    }
+
+    fn convert(json: &Json, limits: Limits, keep: bool) -> Result<Pod, String> {
         let meta = ObjectMeta::from_json(json)?;
         let (packed, problem) = match Packed::pack(json, &POD_PROJECTION, limits) {
             Ok(p) => (p, None),
             Err(e) => (Packed::default(), Some(e.to_string())),
         };
-        // Accounting reads spec, status and the annotations: the rest is not unpacked.
-        let mut parts = jaq_json::Map::default();
-        for part in ["spec", "status"] {
-            if let Some(v) = packed.lookup(&[part]) {
-                parts.insert(value::string(part), v);
+        let whole = keep.then(|| packed.to_val());
+        let v = &match &whole {
+            Some(v) => v.clone(),
+            // Accounting reads spec, status and the annotations: the rest is not unpacked.
+            None => {
+                let mut parts = jaq_json::Map::default();
+                for part in ["spec", "status"] {
+                    if let Some(v) = packed.lookup(&[part]) {
+                        parts.insert(value::string(part), v);
+                    }
+                }
+                if let Some(a) = packed.lookup(&["metadata", "annotations"]) {
+                    let mut meta = jaq_json::Map::default();
+                    meta.insert(value::string("annotations"), a);
+                    parts.insert(value::string("metadata"), Val::obj(meta));
+                }
+                Val::obj(parts)
             }
-        }
-        if let Some(a) = packed.lookup(&["metadata", "annotations"]) {
-            let mut meta = jaq_json::Map::default();
-            meta.insert(value::string("annotations"), a);
-            parts.insert(value::string("metadata"), Val::obj(meta));
-        }
-        let v = &Val::obj(parts);
+        };
         let text = |path: &[&str]| {
             get_path(v, path)
                 .and_then(as_str)
@@ -374,6 +401,10 @@ impl Pod {
             .unwrap_or(0);
         let node = text(&["spec", "nodeName"]);
         let phase = text(&["status", "phase"]);
+        let memo = Memo::default();
+        if let Some(v) = whole {
+            memo.keep_value(v);
+        }
         Ok(Pod {
             node,
             phase,
@@ -385,7 +416,7 @@ impl Pod {
             meta,
             packed,
             problem,
-            memo: Memo::default(),
+            memo,
         })
     }
 
@@ -416,7 +447,7 @@ impl Pod {
             node: self.node.clone(),
             phase: self.phase.clone(),
             ready: self.ready,
-            resources: Some(self.request.to_proto()),
+            resources: Some(self.request.proto.clone()),
             reason: self.reason.clone(),
         }
     }

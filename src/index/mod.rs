@@ -252,11 +252,20 @@ impl Index {
     /// Adds or replaces one object (any kind; pods are recognised by kind) from `source`.
     /// Returns the object's identity, or why it was skipped.
     pub fn apply(&self, json: &Json, source: &str) -> Result<String, String> {
-        // Converted before the lock is taken: readers do not wait for it.
-        let cached = self.convert(json)?;
+        // Converted before the lock is taken: readers do not wait for it. A pod keeps its
+        // unpacked value for the resolution below, then drops what it did not use.
+        let cached = Cached::from_json_keeping_value(json, self.limits)?;
+        let pod = match &cached {
+            Cached::Pod(p) => Some(p.clone()),
+            Cached::Object(_) => None,
+        };
         let mut st = self.lock();
         let uid = self.insert_locked(&mut st, cached, source);
         self.flush(&mut st);
+        drop(st);
+        if let Some(p) = pod {
+            p.memo.drop_value();
+        }
         Ok(uid)
     }
 
@@ -505,12 +514,9 @@ impl Index {
                     let previous = previous.unwrap_or_else(|| Arc::from([]));
                     self.publish(st, kind, graph, labels, previous);
                     changed = true;
-                } else {
-                    let placements = Placements::pack(placements, |pod| st.uid(pod));
-                    if let Some(w) = st.workloads.get_mut(&uid) {
-                        w.placements = placements;
-                    }
                 }
+                // Otherwise the placements are the same too: the graph lists every pod (by
+                // uid) where it is placed.
             }
         }
         if changed {

@@ -69,7 +69,49 @@ impl Resolver<'_> {
     }
 
     /// Evaluates a `minMemberPath`; `None` (with a diagnostic) when it yields no whole number.
+    /// Results are remembered per root version (with the pod's content when the expression
+    /// reads `$pod`), so an unrelated pod change does not evaluate it again.
     fn min_member_override(
+        &mut self,
+        expr: &Compiled,
+        keys: &[String],
+        pod: Option<usize>,
+    ) -> Option<u32> {
+        let reads_pod = expr.source().contains("$pod");
+        let key: super::MinMemberKey = (
+            std::ptr::from_ref(expr) as usize,
+            keys.to_vec(),
+            pod.filter(|_| reads_pod).map(|i| {
+                let p = self.pods[i];
+                (p.meta.identity(), p.packed.content_hash())
+            }),
+        );
+        let remembered = self.prepared.and_then(|p| {
+            let table = p.min_members.lock().unwrap_or_else(|e| e.into_inner());
+            table.get(&key).cloned()
+        });
+        if let Some((result, diags)) = remembered {
+            for d in diags {
+                self.diags
+                    .push(&d.severity, &d.code, d.message, &d.component, &d.expression);
+            }
+            return result;
+        }
+        let before = self.diags.len();
+        let result = self.evaluate_min_member(expr, keys, if reads_pod { pod } else { None });
+        if let Some(p) = self.prepared
+            && !self.expired
+        {
+            let mut table = p.min_members.lock().unwrap_or_else(|e| e.into_inner());
+            if table.len() >= super::MAX_MIN_MEMBERS {
+                table.clear();
+            }
+            table.insert(key, (result, self.diags.since(before)));
+        }
+        result
+    }
+
+    fn evaluate_min_member(
         &mut self,
         expr: &Compiled,
         keys: &[String],
@@ -77,10 +119,7 @@ impl Resolver<'_> {
     ) -> Option<u32> {
         let keys = Val::Arr(Rc::new(keys.iter().map(|k| value::string(k)).collect()));
         // `$pod` is unpacked only for an expression that names it.
-        let pod = match pod {
-            Some(i) if expr.source().contains("$pod") => self.pod_value(i),
-            _ => Val::Null,
-        };
+        let pod = pod.map_or(Val::Null, |i| self.pod_value(i));
         // A literal reads nothing: the root is not unpacked for it.
         let root = if expr.expr.is_constant() {
             Val::Null

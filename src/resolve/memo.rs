@@ -36,6 +36,8 @@ struct State {
     /// (catalog generation, definition address) the answers belong to.
     owner: (u64, usize),
     entries: Vec<Entry>,
+    /// The pod's value, unpacked when it arrived, for its first resolution to take.
+    fresh: Option<jaq_json::Val>,
 }
 
 /// The answers remembered for one pod. Cloning gives an empty memo.
@@ -104,6 +106,21 @@ impl Memo {
                 .map(|e| (e.question, e.answer.clone(), e.failure.clone()))
                 .collect()
         })
+    }
+
+    /// Keeps the pod's unpacked value until the first resolution takes it.
+    pub(crate) fn keep_value(&self, value: jaq_json::Val) {
+        self.state().fresh = Some(value);
+    }
+
+    /// The value kept by [`Memo::keep_value`], if still there.
+    pub(crate) fn take_value(&self) -> Option<jaq_json::Val> {
+        self.state().fresh.take()
+    }
+
+    /// Forgets a kept value that no resolution took.
+    pub fn drop_value(&self) {
+        self.state().fresh = None;
     }
 
     /// Number of remembered answers (for tests and benchmarks).

@@ -25,6 +25,7 @@ use diagnostics::{Diagnostics, ERROR, INFO, WARNING, code};
 use jaq_json::Val;
 use resources::Amounts;
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use memo::Answer;
@@ -57,7 +58,18 @@ pub struct Prepared {
     status: pb::Status,
     specs: Vec<Vec<tree::InstanceSpec>>,
     diagnostics: Vec<pb::Diagnostic>,
+    /// `minMemberPath` results for this root version (see [`MinMemberKey`]).
+    min_members: Arc<Mutex<HashMap<MinMemberKey, MinMember>>>,
 }
+
+/// A `minMemberPath` evaluation: the expression (its address in the definition), the gang's
+/// key values and, for an expression that reads `$pod`, the pod's uid and a hash of its
+/// packed content.
+type MinMemberKey = (usize, Vec<String>, Option<(String, u64)>);
+/// Its result and the diagnostics it reported.
+type MinMember = (Option<u32>, Vec<pb::Diagnostic>);
+/// Remembered `minMemberPath` results per root version at most (then forgotten at once).
+const MAX_MIN_MEMBERS: usize = 256;
 
 /// Evaluates everything that depends only on the definition and the root object.
 pub fn prepare(definition: &Definition, root: &Object, deadline: Option<Instant>) -> Prepared {
@@ -88,6 +100,7 @@ pub fn prepare(definition: &Definition, root: &Object, deadline: Option<Instant>
         status,
         specs,
         diagnostics: r.diags.into_vec(),
+        min_members: Arc::default(),
     }
 }
 
@@ -375,6 +388,8 @@ struct Resolver<'a> {
     root_desired: Amounts,
     /// Whose answers the pods' memos hold: (catalog generation, definition address).
     owner: (u64, usize),
+    /// The root version's cached evaluation, where `minMemberPath` results are remembered.
+    prepared: Option<&'a Prepared>,
     /// Pods unpacked during this resolution (only those with an unanswered question).
     values: Vec<Option<Val>>,
 }
@@ -430,6 +445,7 @@ impl<'a> Resolver<'a> {
                 std::ptr::from_ref(input.definition) as usize,
             ),
             values: vec![None; n],
+            prepared: input.prepared,
         }
     }
 
@@ -522,7 +538,8 @@ impl<'a> Resolver<'a> {
         match &self.values[i] {
             Some(v) => v.clone(),
             None => {
-                let v = self.pods[i].value();
+                let pod = self.pods[i];
+                let v = pod.memo.take_value().unwrap_or_else(|| pod.value());
                 self.values[i] = Some(v.clone());
                 v
             }

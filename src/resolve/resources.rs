@@ -279,11 +279,29 @@ const MAX_SHARED: usize = 4096;
 
 type SharedKey = (Vec<(Name, i128)>, u64);
 
-static SHARED: LazyLock<Mutex<HashMap<SharedKey, Arc<Amounts>>>> = LazyLock::new(Mutex::default);
+static SHARED: LazyLock<Mutex<HashMap<SharedKey, Arc<Request>>>> = LazyLock::new(Mutex::default);
 
-/// `amounts`, or an equal one already in use: the pods of a workload mostly request the same,
-/// so a cache of many pods holds few distinct requests.
-pub fn shared(amounts: Amounts) -> Arc<Amounts> {
+/// A pod's effective request with its proto form, computed once and shared between pods
+/// with equal requests.
+#[derive(Debug, PartialEq)]
+pub struct Request {
+    /// The amounts.
+    pub amounts: Amounts,
+    /// `amounts` as the graph shows them.
+    pub proto: pb::Resources,
+}
+
+impl std::ops::Deref for Request {
+    type Target = Amounts;
+
+    fn deref(&self) -> &Amounts {
+        &self.amounts
+    }
+}
+
+/// `amounts`, or an equal request already in use: the pods of a workload mostly request the
+/// same, so a cache of many pods holds few distinct requests.
+pub fn shared(amounts: Amounts) -> Arc<Request> {
     let key: SharedKey = (
         amounts.raw.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         amounts.gpu_fraction.to_bits(),
@@ -296,7 +314,8 @@ pub fn shared(amounts: Amounts) -> Arc<Amounts> {
     if table.len() >= MAX_SHARED {
         table.clear();
     }
-    let a = Arc::new(amounts);
+    let proto = amounts.to_proto();
+    let a = Arc::new(Request { amounts, proto });
     table.insert(key, a.clone());
     a
 }
@@ -339,7 +358,8 @@ mod tests {
         );
         assert!(Arc::ptr_eq(&a, &b));
         assert!(!Arc::ptr_eq(&a, &c));
-        assert_eq!(*c, amounts(7002));
+        assert_eq!(c.amounts, amounts(7002));
+        assert_eq!(c.proto, amounts(7002).to_proto());
     }
 
     #[test]

@@ -99,3 +99,38 @@ fn a_readiness_change_re_resolves() {
     index.apply(&pod, "demo").expect("applies");
     assert_eq!(ready(&jobset(&index)), was - 1);
 }
+
+/// A remembered `minMemberPath` result that reads `$pod` follows the pod's content.
+#[test]
+fn a_min_member_read_from_the_pod_follows_the_pod() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/cluster/knative.yaml"
+    ))
+    .expect("demo file");
+    let docs = kartograf::manifest::parse_documents(&text).expect("parses");
+    let index = Index::new(Catalog::embedded().expect("catalog"), &[]);
+    assert!(index.reset("demo", &docs).is_empty());
+    let service = pb::ObjectRef {
+        kind: "Service".into(),
+        namespace: docs[0]["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .into(),
+        name: "reranker".into(),
+        ..Default::default()
+    };
+    let minimums = |index: &Index| -> Vec<u32> {
+        let w = index.workload(&service).expect("the Service resolves");
+        w.gang.as_ref().map_or(Vec::new(), |g| {
+            g.groups.iter().map(|g| g.min_member).collect::<Vec<_>>()
+        })
+    };
+    assert!(minimums(&index).contains(&2), "{:?}", minimums(&index));
+    for mut pod in docs.into_iter().filter(|d| d["kind"] == "Pod") {
+        pod["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] = Json::from("5");
+        index.apply(&pod, "demo").expect("applies");
+    }
+    let after = minimums(&index);
+    assert!(after.contains(&5) && !after.contains(&2), "{after:?}");
+}

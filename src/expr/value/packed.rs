@@ -104,6 +104,13 @@ impl Packed {
         self.0.len()
     }
 
+    /// A hash of the packed bytes (equal content, equal hash; seeded per process).
+    pub fn content_hash(&self) -> u64 {
+        use std::hash::BuildHasher;
+        static SEED: LazyLock<foldhash::quality::RandomState> = LazyLock::new(Default::default);
+        SEED.hash_one(self.0.as_ref())
+    }
+
     /// True for the empty buffer (what [`Packed::default`] holds; unpacks to `null`).
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
