@@ -110,9 +110,26 @@ fn bench(c: &mut Criterion) {
     group.bench_function("resolve_root_changed", |b| {
         b.iter(|| black_box(resolve::resolve(black_box(&input))))
     });
-    // Pod changed: the root's evaluation is cached (as the index does per root version).
+    // Pod changed: the root's evaluation is cached (as the index does per root version) and
+    // every pod's answers are remembered (after the first iteration).
     group.bench_function("resolve_pods_changed", |b| {
         b.iter(|| black_box(resolve::resolve(black_box(&cached))))
+    });
+    // One pod is a new version (nothing remembered on it), as after one pod event.
+    group.bench_function("resolve_one_pod_new", |b| {
+        b.iter_batched(
+            || pods[WORKERS / 2].clone(),
+            |fresh| {
+                let mut refs = pod_refs.clone();
+                refs[WORKERS / 2] = &fresh;
+                let input = Input {
+                    pods: &refs,
+                    ..cached
+                };
+                black_box(resolve::resolve(black_box(&input)))
+            },
+            criterion::BatchSize::SmallInput,
+        )
     });
     group.finish();
 }
