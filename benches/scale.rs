@@ -405,15 +405,7 @@ async fn cold_start(pods: usize) {
     // Fake API server over loopback HTTP, the real kube-rs watchers.
     let fake = fake_apiserver::FakeApiServer::new();
     // Serve every kind the templates produce (plural: lowercase kind + "s").
-    let kinds: std::collections::BTreeSet<(String, String)> = cluster
-        .all()
-        .iter()
-        .map(|d| {
-            let field = |k: &str| d[k].as_str().unwrap_or_default().to_owned();
-            (field("apiVersion"), field("kind"))
-        })
-        .collect();
-    for (api_version, kind) in &kinds {
+    for (api_version, kind) in &cluster.kinds() {
         fake.register(
             api_version,
             kind,

@@ -142,15 +142,7 @@ async fn synth_cluster_resolves_cleanly_through_the_fake_api_server() {
     let cluster = cluster();
     let fake = FakeApiServer::new();
     // Serve every kind the templates produce (plural: lowercase kind + "s").
-    let kinds: std::collections::BTreeSet<(String, String)> = cluster
-        .all()
-        .iter()
-        .map(|d| {
-            let field = |k: &str| d[k].as_str().unwrap_or_default().to_owned();
-            (field("apiVersion"), field("kind"))
-        })
-        .collect();
-    for (api_version, kind) in &kinds {
+    for (api_version, kind) in &cluster.kinds() {
         fake.register(
             api_version,
             kind,
