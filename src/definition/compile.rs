@@ -47,6 +47,8 @@ pub struct Definition {
     pub additional_child_kinds: Vec<GroupVersionKind>,
     /// Gang scheduling plan, if the definition has one.
     pub gang: Option<GangPlan>,
+    /// Unique within the process: what answers remembered on pods are keyed by.
+    id: u64,
 }
 
 /// One compiled component.
@@ -227,6 +229,9 @@ pub struct PodGroupV2Plan {
     /// Extension: minimum member count.
     pub min_member: Option<Compiled>,
 }
+
+/// The next [`Definition::id`].
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Global variables of `minMemberPath` expressions.
 pub const MIN_MEMBER_VARS: &[&str] = &["$keys", "$pod"];
@@ -484,7 +489,13 @@ impl Definition {
             karta,
             components,
             gang,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
+    }
+
+    /// A number no other definition compiled by this process has.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The root component.

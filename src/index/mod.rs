@@ -389,15 +389,27 @@ impl Index {
     fn same_answers(&self, st: &State, uid: &str, before: &Pod, after: &Pod) -> bool {
         let catalog = self.catalog.load();
         // A pod that is its own workload is read whole (its status is the workload's).
-        let Some(root) = st
+        let Some(root_uid) = st
             .entries
             .get(uid)
             .and_then(|e| e.root.as_ref())
             .filter(|r| r.as_ref() != uid)
-            .and_then(|r| st.entries.get(r))
         else {
             return false;
         };
+        let Some(root) = st.entries.get(root_uid) else {
+            return false;
+        };
+        // A resolution the deadline cut short asked some pods only part of their questions.
+        let cut_short = st.workloads.get(root_uid).is_none_or(|w| {
+            w.graph
+                .diagnostics
+                .iter()
+                .any(|d| d.code == resolve::diagnostics::code::DEADLINE)
+        });
+        if cut_short {
+            return false;
+        }
         let meta = root.cached.meta();
         let Some(lookup) = catalog.lookup(&meta.api_version, &meta.kind) else {
             return false;

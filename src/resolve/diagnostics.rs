@@ -70,21 +70,6 @@ impl Diagnostics {
         self.items.iter().any(|d| d.code == code)
     }
 
-    /// Number of diagnostics so far.
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// True when there are none.
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
-    /// The diagnostics added after the first `n`.
-    pub fn since(&self, n: usize) -> Vec<Diagnostic> {
-        self.items.get(n..).unwrap_or_default().to_vec()
-    }
-
     /// The diagnostics, in the order they were found.
     pub fn into_vec(self) -> Vec<Diagnostic> {
         self.items

@@ -97,8 +97,20 @@ impl Resolver<'_> {
             }
             return result;
         }
-        let before = self.diags.len();
+        // Evaluated with diagnostics of its own, so that what it reports is remembered whole
+        // (not only what this resolution had not reported yet).
+        let outer = std::mem::take(&mut self.diags);
         let result = self.evaluate_min_member(expr, keys, if reads_pod { pod } else { None });
+        let reported = std::mem::replace(&mut self.diags, outer).into_vec();
+        for d in &reported {
+            self.diags.push(
+                &d.severity,
+                &d.code,
+                d.message.clone(),
+                &d.component,
+                &d.expression,
+            );
+        }
         if let Some(p) = self.prepared
             && !self.expired
         {
@@ -106,7 +118,7 @@ impl Resolver<'_> {
             if table.len() >= super::MAX_MIN_MEMBERS {
                 table.clear();
             }
-            table.insert(key, (result, self.diags.since(before)));
+            table.insert(key, (result, reported));
         }
         result
     }

@@ -33,8 +33,8 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct State {
-    /// (catalog generation, definition address) the answers belong to.
-    owner: (u64, usize),
+    /// (catalog generation, definition id) the answers belong to.
+    owner: (u64, u64),
     entries: Vec<Entry>,
     /// The pod's value, unpacked when it arrived, for its first resolution to take.
     fresh: Option<jaq_json::Val>,
@@ -59,7 +59,7 @@ impl Memo {
     /// The remembered answer to `question` for `owner`, with its evaluation error.
     pub(crate) fn get(
         &self,
-        owner: (u64, usize),
+        owner: (u64, u64),
         question: usize,
     ) -> Option<(Answer, Option<Box<str>>)> {
         let state = self.state();
@@ -76,7 +76,7 @@ impl Memo {
     /// Remembers an answer; answers of another owner are forgotten.
     pub(crate) fn put(
         &self,
-        owner: (u64, usize),
+        owner: (u64, u64),
         question: usize,
         answer: Answer,
         failure: Option<Box<str>>,
@@ -97,7 +97,7 @@ impl Memo {
     }
 
     /// Every remembered (question, answer, error) for `owner`; `None` for another owner.
-    pub(crate) fn answers(&self, owner: (u64, usize)) -> Option<Vec<Remembered>> {
+    pub(crate) fn answers(&self, owner: (u64, u64)) -> Option<Vec<Remembered>> {
         let state = self.state();
         (state.owner == owner).then(|| {
             state

@@ -69,7 +69,7 @@ type MinMemberKey = (usize, Vec<String>, Option<(String, u64)>);
 /// Its result and the diagnostics it reported.
 type MinMember = (Option<u32>, Vec<pb::Diagnostic>);
 /// Remembered `minMemberPath` results per root version at most (then forgotten at once).
-const MAX_MIN_MEMBERS: usize = 256;
+const MAX_MIN_MEMBERS: usize = 64;
 
 /// Evaluates everything that depends only on the definition and the root object.
 pub fn prepare(definition: &Definition, root: &Object, deadline: Option<Instant>) -> Prepared {
@@ -246,7 +246,7 @@ pub fn same_answers(
     after: &Pod,
     deadline: Option<Instant>,
 ) -> bool {
-    let owner = (generation, std::ptr::from_ref(definition) as usize);
+    let owner = (generation, definition.id());
     let Some(asked) = before.memo.answers(owner) else {
         return false;
     };
@@ -386,8 +386,8 @@ struct Resolver<'a> {
     pod_slots: Vec<Vec<usize>>,
     /// Desired resources of the whole workload.
     root_desired: Amounts,
-    /// Whose answers the pods' memos hold: (catalog generation, definition address).
-    owner: (u64, usize),
+    /// Whose answers the pods' memos hold: (catalog generation, definition id).
+    owner: (u64, u64),
     /// The root version's cached evaluation, where `minMemberPath` results are remembered.
     prepared: Option<&'a Prepared>,
     /// Pods unpacked during this resolution (only those with an unanswered question).
@@ -440,10 +440,7 @@ impl<'a> Resolver<'a> {
             slots: Vec::new(),
             pod_slots: vec![Vec::new(); n],
             root_desired: Amounts::default(),
-            owner: (
-                input.generation,
-                std::ptr::from_ref(input.definition) as usize,
-            ),
+            owner: (input.generation, input.definition.id()),
             values: vec![None; n],
             prepared: input.prepared,
         }

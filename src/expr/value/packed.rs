@@ -59,7 +59,9 @@ struct Keys {
 
 static KEYS: LazyLock<RwLock<Keys>> = LazyLock::new(RwLock::default);
 
-/// A packed JSON value. Equal documents (after projection) pack to equal bytes.
+/// A packed JSON value. Equal bytes mean equal documents; equal documents pack to equal
+/// bytes once their keys are in the key table (a key is written inline the first time it is
+/// seen, and as an id after that).
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct Packed(Bytes);
 
@@ -104,7 +106,8 @@ impl Packed {
         self.0.len()
     }
 
-    /// A hash of the packed bytes (equal content, equal hash; seeded per process).
+    /// A hash of the packed bytes (seeded per process; see [`Packed`] for when equal
+    /// documents have equal bytes).
     pub fn content_hash(&self) -> u64 {
         use std::hash::BuildHasher;
         static SEED: LazyLock<foldhash::quality::RandomState> = LazyLock::new(Default::default);
