@@ -134,8 +134,8 @@ impl Cached {
     }
 
     /// Like [`Cached::from_json`]; a pod also keeps its unpacked value for its first
-    /// resolution (see [`Pod::from_json_keeping_value`]).
-    pub fn from_json_keeping_value(json: &Json, limits: Limits) -> Result<Cached, String> {
+    /// resolution (see `Pod::convert`).
+    pub(crate) fn from_json_keeping_value(json: &Json, limits: Limits) -> Result<Cached, String> {
         Cached::convert(json, limits, true)
     }
 
@@ -330,13 +330,9 @@ impl Pod {
         Pod::convert(json, limits, false)
     }
 
-    /// Like [`Pod::from_json`], keeping the unpacked value for the pod's first resolution
-    /// (which takes it) instead of unpacking twice. For one pod applied at a time; whoever
-    /// keeps the pod without resolving it calls `memo.drop_value()`.
-    pub fn from_json_keeping_value(json: &Json, limits: Limits) -> Result<Pod, String> {
-        Pod::convert(json, limits, true)
-    }
-
+    /// [`Pod::from_json`]; with `keep`, the unpacked value is also kept for the pod's first
+    /// resolution (which takes it) instead of unpacking twice — for one pod applied at a
+    /// time: whoever keeps the pod without resolving it calls `memo.drop_value()`.
     fn convert(json: &Json, limits: Limits, keep: bool) -> Result<Pod, String> {
         let meta = ObjectMeta::from_json(json)?;
         let (packed, problem) = match Packed::pack(json, &POD_PROJECTION, limits) {

@@ -119,7 +119,7 @@ impl Memo {
     }
 
     /// Forgets a kept value that no resolution took.
-    pub fn drop_value(&self) {
+    pub(crate) fn drop_value(&self) {
         self.state().fresh = None;
     }
 
