@@ -349,12 +349,14 @@ fn ingest(events: usize) {
             index.revision() - revision,
         )
     };
+    // Status updates first: each is the cached pod plus a restart count (the flips, made
+    // from the same pods, then change both).
     for (what, updates) in [
-        ("graph-changing updates (Ready flips)", &flips),
         (
             "status updates the graph does not show (restart counts)",
             &heartbeats,
         ),
+        ("graph-changing updates (Ready flips)", &flips),
     ] {
         let (took, resolutions, published) = run(updates);
         println!(
