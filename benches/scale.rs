@@ -406,18 +406,8 @@ async fn cold_start(pods: usize) {
 
     // Fake API server over loopback HTTP, the real kube-rs watchers.
     let fake = fake_apiserver::FakeApiServer::new();
-    // Serve every kind the templates produce (plural: lowercase kind + "s").
-    for (api_version, kind) in &cluster.kinds() {
-        fake.register(
-            api_version,
-            kind,
-            &format!("{}s", kind.to_lowercase()),
-            true,
-        );
-    }
-    for doc in cluster.all() {
-        fake.upsert(doc);
-    }
+    // Every kind the templates produce.
+    fake.serve_documents(cluster.all());
     let client = fake.http_client().await;
     let index = Arc::new(Index::new(
         Catalog::embedded().expect("catalog"),

@@ -201,19 +201,6 @@ impl Cluster {
         out
     }
 
-    /// Every (apiVersion, kind) among the documents, e.g. for a fake API server to serve.
-    pub fn kinds(&self) -> std::collections::BTreeSet<(String, String)> {
-        self.roots
-            .iter()
-            .chain(&self.intermediates)
-            .chain(&self.pods)
-            .map(|d| {
-                let field = |k: &str| d[k].as_str().unwrap_or_default().to_owned();
-                (field("apiVersion"), field("kind"))
-            })
-            .collect()
-    }
-
     /// Number of documents.
     pub fn len(&self) -> usize {
         self.roots.len() + self.intermediates.len() + self.pods.len()

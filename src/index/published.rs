@@ -87,7 +87,7 @@ mod tests {
     fn graph(revision: u64, pods: u32) -> pb::Workload {
         pb::Workload {
             r#ref: Some(pb::ObjectRef {
-                kind: "JobSet".into(),
+                kind: "Example".into(),
                 name: "a".into(),
                 ..Default::default()
             }),

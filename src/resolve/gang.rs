@@ -23,6 +23,11 @@ use std::collections::{BTreeMap, BTreeSet};
 /// A gang's identity: (pod group index, key values).
 type GangKey = (usize, Vec<String>);
 
+/// Whether a `minMemberPath` reads `$pod` (a variable is only read by naming it).
+pub(super) fn reads_pod(expr: &Compiled) -> bool {
+    expr.source().contains("$pod")
+}
+
 impl Resolver<'_> {
     /// Computes the gang groups and records each pod's group.
     pub(super) fn gangs(&mut self) -> pb::Gang {
@@ -77,7 +82,7 @@ impl Resolver<'_> {
         keys: &[String],
         pod: Option<usize>,
     ) -> Option<u32> {
-        let reads_pod = expr.source().contains("$pod");
+        let reads_pod = reads_pod(expr);
         let key: super::MinMemberKey = (
             std::ptr::from_ref(expr) as usize,
             keys.to_vec(),

@@ -250,8 +250,7 @@ pub fn same_answers(
     let Some(asked) = before.memo.answers(owner) else {
         return false;
     };
-    let reads_pod =
-        |plan: &Option<Compiled>| plan.as_ref().is_some_and(|e| e.source().contains("$pod"));
+    let reads_pod = |plan: &Option<Compiled>| plan.as_ref().is_some_and(gang::reads_pod);
     let min_member_reads_pod = match &definition.gang {
         Some(GangPlan::PodGroups(plans)) => plans.iter().any(|p| reads_pod(&p.min_member)),
         Some(GangPlan::PodGroup(plan)) => reads_pod(&plan.min_member),

@@ -169,6 +169,24 @@ impl FakeApiServer {
         );
     }
 
+    /// Serves every document, registering the kinds not registered yet (plural: the
+    /// lowercase kind + "s") as served.
+    pub fn serve_documents(&self, docs: impl IntoIterator<Item = Value>) {
+        for doc in docs {
+            let field = |k: &str| doc[k].as_str().unwrap_or_default().to_owned();
+            let (api_version, kind) = (field("apiVersion"), field("kind"));
+            if Self::path_of(&self.lock(), &doc).is_none() {
+                self.register(
+                    &api_version,
+                    &kind,
+                    &format!("{}s", kind.to_lowercase()),
+                    true,
+                );
+            }
+            self.upsert(doc);
+        }
+    }
+
     /// Serves (or hides) every resource of `api_version`.
     pub fn set_served(&self, api_version: &str, served: bool) {
         for r in self.lock().resources.values_mut() {

@@ -141,18 +141,8 @@ fn synth_cluster_resolves_cleanly_from_a_manifest_directory() {
 async fn synth_cluster_resolves_cleanly_through_the_fake_api_server() {
     let cluster = cluster();
     let fake = FakeApiServer::new();
-    // Serve every kind the templates produce (plural: lowercase kind + "s").
-    for (api_version, kind) in &cluster.kinds() {
-        fake.register(
-            api_version,
-            kind,
-            &format!("{}s", kind.to_lowercase()),
-            true,
-        );
-    }
-    for doc in cluster.all() {
-        fake.upsert(doc);
-    }
+    // Every kind the templates produce.
+    fake.serve_documents(cluster.all());
     let client = fake.http_client().await;
     let index = Arc::new(Index::new(
         Catalog::embedded().unwrap(),
