@@ -106,8 +106,15 @@ pub struct Args {
     /// changes). Health checks stay open.
     #[arg(long, env = "KARTOGRAF_AUTH_TOKENS", value_name = "FILE")]
     pub auth_tokens: Option<PathBuf>,
+    /// Threads that evaluate callers' data (inline Resolve, ValidateDefinition previews);
+    /// 0: one per core. Requests beyond these and a queue of four per thread are shed with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "KARTOGRAF_EVAL_THREADS", default_value_t = 0)]
+    pub eval_threads: usize,
     #[command(flatten)]
     pub definitions: DefinitionArgs,
+    #[command(flatten)]
+    pub budget: super::BudgetArgs,
 }
 
 /// Runs `serve` until SIGINT/SIGTERM; sets up logging and tracing first.
@@ -123,10 +130,13 @@ pub fn run(args: Args, logging: &Logging) -> anyhow::Result<ExitCode> {
     let result = runtime.block_on(serve(args));
     // Exports the last spans; the runtime (still alive here) carries the exporter's connection.
     telemetry.shutdown();
+    // Blocking tasks still running (a directory read) do not hold the exit up.
+    runtime.shutdown_timeout(Duration::from_secs(1));
     result
 }
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
+    args.budget.apply();
     if let Some(dir) = &args.manifests
         && !dir.exists()
     {
@@ -155,7 +165,13 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         None => publisher.update(|_| {}),
     }
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let shared = Shared::new(index.clone(), report.clone(), shutdown_rx);
+    let mut shared = Shared::new(index.clone(), report.clone(), shutdown_rx);
+    if args.eval_threads > 0 {
+        shared = shared.with_evaluations(server::evaluations::Evaluations::new(
+            args.eval_threads,
+            4 * args.eval_threads,
+        ));
+    }
     let origin = match &args.manifests {
         Some(dir) => {
             tokio::spawn(manifests::run(index.clone(), dir.clone()));

@@ -8,11 +8,13 @@
 //! evaluation ([`resolve::Prepared`]) is memoized per root version and catalog generation, so
 //! a pod change re-resolves without re-evaluating the root.
 
+mod feed;
 mod names;
 mod placements;
 mod published;
 mod query;
 
+pub use feed::Feed;
 pub use published::Published;
 pub use query::{AttributedPod, Filter, Sizes, TotalsKey};
 
@@ -208,6 +210,8 @@ pub struct Index {
     synced: AtomicBool,
     /// Workload resolutions run so far.
     resolutions: AtomicU64,
+    /// The writer thread, started by the first [`Index::feed`].
+    feed: std::sync::OnceLock<Feed>,
 }
 
 /// Where this process's revisions start: a random multiple of 2^32, so a `since_revision`
@@ -248,7 +252,29 @@ impl Index {
             pending_sources: Mutex::new(sources.iter().map(|s| (*s).to_owned()).collect()),
             synced: AtomicBool::new(sources.is_empty()),
             resolutions: AtomicU64::new(0),
+            feed: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The handle through which sources on the async runtime change the index: a writer
+    /// thread of its own applies the changes (see [`Feed`]).
+    pub fn feed(self: &Arc<Self>) -> Feed {
+        self.feed.get_or_init(|| Feed::start(self)).clone()
+    }
+
+    /// A batch of changes applied under one hold of the writer lock; the affected workloads
+    /// are resolved and published once, when the batch is dropped.
+    pub fn batch(&self) -> Batch<'_> {
+        Batch {
+            index: self,
+            writer: self.write(),
+            keep: Vec::new(),
+        }
+    }
+
+    /// Publishes `catalog` for lookups and new resolutions, without re-resolving anything.
+    pub(crate) fn store_catalog(&self, catalog: Catalog) {
+        self.catalog.store(Arc::new(catalog));
     }
 
     /// Sets how many changes are kept for `Watch` resume.
@@ -326,21 +352,7 @@ impl Index {
     /// Adds or replaces one object (any kind; pods are recognised by kind) from `source`.
     /// Returns the object's identity, or why it was skipped.
     pub fn apply(&self, json: &Json, source: &str) -> Result<String, String> {
-        // Converted before the writer lock is taken. A pod keeps its unpacked value for the
-        // resolution below, then drops what it did not use.
-        let cached = Cached::from_json_keeping_value(json, self.limits)?;
-        let pod = match &cached {
-            Cached::Pod(p) => Some(p.clone()),
-            Cached::Object(_) => None,
-        };
-        let mut w = self.write();
-        let uid = self.insert(&mut w, cached, source);
-        self.flush(&mut w);
-        drop(w);
-        if let Some(p) = pod {
-            p.memo.drop_value();
-        }
-        Ok(uid)
+        self.batch().apply(json, source)
     }
 
     /// Converts a document for [`Index::reset_converted`], within the index's limits.
@@ -350,9 +362,7 @@ impl Index {
 
     /// Removes one object by uid (or identity).
     pub fn delete(&self, uid: &str) {
-        let mut w = self.write();
-        self.remove(&mut w, uid);
-        self.flush(&mut w);
+        self.batch().delete(uid);
     }
 
     /// Replaces everything `source` holds with `docs` (a full list or relist): objects not in
@@ -365,38 +375,13 @@ impl Index {
     /// arrives, so it never holds the whole list as JSON). Conversion failures are the
     /// skipped documents' reasons.
     pub fn reset_converted(&self, source: &str, items: Vec<Result<Cached, String>>) -> Vec<String> {
-        let mut w = self.write();
-        let mut skipped = Vec::new();
-        let mut seen = HashSet::new();
-        for item in items {
-            match item {
-                Ok(cached) => {
-                    seen.insert(self.insert(&mut w, cached, source));
-                }
-                Err(e) => skipped.push(e),
-            }
-        }
-        let stale: Vec<Uid> = self
-            .objects()
-            .entries
-            .iter()
-            .filter(|(uid, e)| e.source.as_ref() == source && !seen.contains(uid.as_ref()))
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in stale {
-            self.remove(&mut w, &uid);
-        }
-        self.flush(&mut w);
-        skipped
+        self.batch().reset_converted(source, items)
     }
 
     /// Publishes a new catalog and re-resolves every workload under it.
     pub fn set_catalog(&self, catalog: Catalog) {
-        let mut w = self.write();
-        self.catalog.store(Arc::new(catalog));
-        let all: Vec<Uid> = self.objects().entries.keys().cloned().collect();
-        w.dirty.extend(all);
-        self.flush(&mut w);
+        self.store_catalog(catalog);
+        self.batch().reresolve();
     }
 
     /// Whether a pod update can keep the cached copy (`Some(true)`: identical, skip it),
@@ -805,6 +790,77 @@ fn mark_affected(objects: &Objects, catalog: &Catalog, dirty: &mut BTreeSet<Uid>
         }
         for child in objects.children.get(&at).into_iter().flatten() {
             stack.push((child.clone(), depth + 1));
+        }
+    }
+}
+
+/// Changes applied under one hold of the index's writer lock (see [`Index::batch`]).
+pub struct Batch<'a> {
+    index: &'a Index,
+    writer: MutexGuard<'a, Writer>,
+    /// Pods that kept their unpacked value for their first resolution.
+    keep: Vec<Arc<Pod>>,
+}
+
+impl Batch<'_> {
+    /// Adds or replaces one object from `source` (see [`Index::apply`]).
+    pub fn apply(&mut self, json: &Json, source: &str) -> Result<String, String> {
+        // A pod keeps its unpacked value for the resolution at the end of the batch, then
+        // drops what it did not use.
+        let cached = Cached::from_json_keeping_value(json, self.index.limits)?;
+        if let Cached::Pod(p) = &cached {
+            self.keep.push(p.clone());
+        }
+        Ok(self.index.insert(&mut self.writer, cached, source))
+    }
+
+    /// Removes one object by uid (or identity).
+    pub fn delete(&mut self, uid: &str) {
+        self.index.remove(&mut self.writer, uid);
+    }
+
+    /// Replaces everything `source` holds (see [`Index::reset_converted`]).
+    pub fn reset_converted(
+        &mut self,
+        source: &str,
+        items: Vec<Result<Cached, String>>,
+    ) -> Vec<String> {
+        let mut skipped = Vec::new();
+        let mut seen = HashSet::new();
+        for item in items {
+            match item {
+                Ok(cached) => {
+                    seen.insert(self.index.insert(&mut self.writer, cached, source));
+                }
+                Err(e) => skipped.push(e),
+            }
+        }
+        let stale: Vec<Uid> = self
+            .index
+            .objects()
+            .entries
+            .iter()
+            .filter(|(uid, e)| e.source.as_ref() == source && !seen.contains(uid.as_ref()))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in stale {
+            self.index.remove(&mut self.writer, &uid);
+        }
+        skipped
+    }
+
+    /// Re-resolves every workload under the catalog in effect.
+    pub fn reresolve(&mut self) {
+        let all: Vec<Uid> = self.index.objects().entries.keys().cloned().collect();
+        self.writer.dirty.extend(all);
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.index.flush(&mut self.writer);
+        for p in self.keep.drain(..) {
+            p.memo.drop_value();
         }
     }
 }

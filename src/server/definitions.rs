@@ -88,33 +88,45 @@ impl pb::definitions_server::Definitions for DefinitionsService {
         request: Request<pb::ValidateDefinitionRequest>,
     ) -> Result<Response<pb::ValidateDefinitionResponse>, Status> {
         let req = request.into_inner();
-        let (parsed, mut errors) = load::parse_text(&req.definition, "request");
-        if parsed.is_empty() && errors.is_empty() {
-            errors.push(DefinitionError::new(
-                "request",
-                "",
-                None,
-                "holds no definition",
-            ));
-        }
-        let (defs, compile_errors) = catalog::compile_all(parsed, "validate");
-        errors.extend(compile_errors);
-        let mut preview = None;
-        if let (true, Some(sample), Some(def)) = (errors.is_empty(), req.sample, defs.first()) {
-            let (root, pods) = super::resolver::parse_inline(&sample, "sample.")?;
-            preview = Some(super::resolver::resolve_inline(def, 0, None, &root, &pods));
-        }
-        Ok(Response::new(pb::ValidateDefinitionResponse {
-            valid: errors.is_empty(),
-            errors: errors
-                .into_iter()
-                .map(|e| pb::DefinitionError {
-                    path: e.path,
-                    expression: e.expression.unwrap_or_default(),
-                    message: e.message,
-                })
-                .collect(),
-            preview,
-        }))
+        // Compiling the candidate and evaluating it on the sample runs on the evaluation
+        // threads, under the same budgets as every evaluation.
+        let response = self
+            .shared
+            .evaluations
+            .run(move || validate(req))
+            .await??;
+        Ok(Response::new(response))
     }
+}
+
+/// Validates a candidate definition and previews it on the sample, if one is given.
+fn validate(req: pb::ValidateDefinitionRequest) -> Result<pb::ValidateDefinitionResponse, Status> {
+    let (parsed, mut errors) = load::parse_text(&req.definition, "request");
+    if parsed.is_empty() && errors.is_empty() {
+        errors.push(DefinitionError::new(
+            "request",
+            "",
+            None,
+            "holds no definition",
+        ));
+    }
+    let (defs, compile_errors) = catalog::compile_all(parsed, "validate");
+    errors.extend(compile_errors);
+    let mut preview = None;
+    if let (true, Some(sample), Some(def)) = (errors.is_empty(), req.sample, defs.first()) {
+        let (root, pods) = super::resolver::parse_inline(&sample, "sample.")?;
+        preview = Some(super::resolver::resolve_inline(def, 0, None, &root, &pods));
+    }
+    Ok(pb::ValidateDefinitionResponse {
+        valid: errors.is_empty(),
+        errors: errors
+            .into_iter()
+            .map(|e| pb::DefinitionError {
+                path: e.path,
+                expression: e.expression.unwrap_or_default(),
+                message: e.message,
+            })
+            .collect(),
+        preview,
+    })
 }
