@@ -134,7 +134,11 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "Ki" => 1 << 10,
         "Mi" => 1 << 20,
         "Gi" => 1 << 30,
-        _ => return Err(format!("`{s}` is not a size like 65536, 512Ki, 64Mi or 1Gi")),
+        _ => {
+            return Err(format!(
+                "`{s}` is not a size like 65536, 512Ki, 64Mi or 1Gi"
+            ));
+        }
     };
     n.checked_mul(scale)
         .filter(|b| *b >= 1024)

@@ -175,10 +175,9 @@ mod tests {
             b.record(Exceeded::Depth);
         }
         // End the quarantine by hand, as its cooldown would.
-        b.lock()
-            .quarantine
-            .as_mut()
-            .map(|q| q.until = Instant::now());
+        if let Some(q) = b.lock().quarantine.as_mut() {
+            q.until = Instant::now();
+        }
         assert_eq!(b.quarantined(), None);
         let q = b.record(Exceeded::Depth).expect("probation trips at once");
         assert!(q.until > Instant::now() + 2 * FIRST_COOLDOWN - Duration::from_secs(1));

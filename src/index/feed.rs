@@ -23,7 +23,11 @@ pub const BATCH: usize = 1024;
 enum Op {
     Apply(Json, Arc<str>, OwnedSemaphorePermit),
     Delete(String, OwnedSemaphorePermit),
-    Reset(Arc<str>, Vec<Result<Cached, String>>, oneshot::Sender<Vec<String>>),
+    Reset(
+        Arc<str>,
+        Vec<Result<Cached, String>>,
+        oneshot::Sender<Vec<String>>,
+    ),
     Reresolve,
     MarkSynced(String),
     Barrier(oneshot::Sender<()>),

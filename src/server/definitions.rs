@@ -50,6 +50,12 @@ impl pb::definitions_server::Definitions for DefinitionsService {
                     .join("; "),
                 active: true,
                 components: d.components.iter().map(|c| c.name.clone()).collect(),
+                quarantined: d.breaker().quarantined().is_some(),
+                quarantine_reason: d
+                    .breaker()
+                    .quarantined()
+                    .map(|q| q.reason)
+                    .unwrap_or_default(),
             })
             .collect();
         // Files whose definitions never loaded.
@@ -90,11 +96,7 @@ impl pb::definitions_server::Definitions for DefinitionsService {
         let req = request.into_inner();
         // Compiling the candidate and evaluating it on the sample runs on the evaluation
         // threads, under the same budgets as every evaluation.
-        let response = self
-            .shared
-            .evaluations
-            .run(move || validate(req))
-            .await??;
+        let response = self.shared.evaluations.run(move || validate(req)).await??;
         Ok(Response::new(response))
     }
 }
