@@ -76,8 +76,22 @@ pub async fn serve(listener: tokio::net::TcpListener, shared: Shared) {
         tokio::spawn(async move {
             let service =
                 hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-                    let response = route(&shared, request.uri().path());
-                    async move { Ok::<_, Infallible>(response) }
+                    let shared = shared.clone();
+                    async move {
+                        let path = request.uri().path().to_owned();
+                        // A scrape renders every workload's and pod's series: on a blocking
+                        // thread, so /livez and /readyz never wait behind it.
+                        let response = if path == "/metrics" {
+                            tokio::task::spawn_blocking(move || route(&shared, &path))
+                                .await
+                                .unwrap_or_else(|_| {
+                                    text(StatusCode::INTERNAL_SERVER_ERROR, "metrics failed\n".to_owned())
+                                })
+                        } else {
+                            route(&shared, &path)
+                        };
+                        Ok::<_, Infallible>(response)
+                    }
                 });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
