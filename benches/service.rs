@@ -82,8 +82,8 @@ async fn start() -> (
 ) {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster");
     let index = Arc::new(Index::new(Catalog::embedded().expect("catalog"), &[]));
-    let (docs, _, _) = kartograf::source::manifests::read_all(&dir);
-    index.reset("bench", &docs);
+    let (docs, _) = kartograf::source::manifests::read_once(&dir);
+    index.reset_converted("bench", docs.into_iter().map(Ok).collect());
     let (tx, rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

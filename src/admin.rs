@@ -85,7 +85,10 @@ pub async fn serve(listener: tokio::net::TcpListener, shared: Shared) {
                             tokio::task::spawn_blocking(move || route(&shared, &path))
                                 .await
                                 .unwrap_or_else(|_| {
-                                    text(StatusCode::INTERNAL_SERVER_ERROR, "metrics failed\n".to_owned())
+                                    text(
+                                        StatusCode::INTERNAL_SERVER_ERROR,
+                                        "metrics failed\n".to_owned(),
+                                    )
                                 })
                         } else {
                             route(&shared, &path)

@@ -56,8 +56,19 @@ fn parse_json_stream(text: &str) -> Option<Vec<Value>> {
     Some(docs)
 }
 
+/// YAML with limits that scale with the text: any number of documents (`kubectl get -o
+/// yaml` of 100,000 pods is one `List` of 15 million nodes), while aliases, anchors and
+/// nesting keep their fixed caps, so an alias bomb ("billion laughs") still fails fast.
 fn parse_yaml(text: &str) -> Result<Vec<Value>, String> {
-    serde_saphyr::from_multiple::<Value>(text).map_err(|e| format!("not valid YAML or JSON: {e}"))
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_documents = text.len() / 3 + 1024;
+    budget.max_nodes += text.len() / 2;
+    budget.max_events += text.len();
+    budget.max_total_scalar_bytes += text.len();
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    serde_saphyr::from_multiple_with_options::<Value>(text, options)
+        .map_err(|e| format!("not valid YAML or JSON: {e}"))
 }
 
 fn flatten(doc: Value, out: &mut Vec<Value>) {

@@ -128,6 +128,19 @@ pub enum Cached {
 }
 
 impl Cached {
+    /// True when both are the same object with the same content (what the index stores).
+    pub fn same(&self, other: &Cached) -> bool {
+        match (self, other) {
+            (Cached::Object(a), Cached::Object(b)) => {
+                a.meta == b.meta && a.packed == b.packed && a.problem == b.problem
+            }
+            (Cached::Pod(a), Cached::Pod(b)) => {
+                a.meta == b.meta && a.packed == b.packed && a.problem == b.problem
+            }
+            _ => false,
+        }
+    }
+
     /// Converts a document (see [`Object::from_json`] and [`Pod::from_json`]).
     pub fn from_json(json: &Json, limits: Limits) -> Result<Cached, String> {
         Cached::convert(json, limits, false)

@@ -232,7 +232,7 @@ impl Snapshot {
             .collect();
         let input = resolve::Input {
             definition: &lookup.definition,
-            generation: catalog.generation(),
+            generation: lookup.definition.generation(),
             root: &object,
             pods: &pods,
             fallback_from: lookup.fallback_from.as_deref(),

@@ -53,6 +53,7 @@ impl Catalog {
         let mut by_group_kind: HashMap<(String, String), Vec<Arc<Definition>>> = HashMap::new();
         let mut child_kinds = HashSet::new();
         for def in by_gvk.values() {
+            def.published_in(generation);
             by_group_kind
                 .entry((def.root_kind.group.clone(), def.root_kind.kind.clone()))
                 .or_default()
@@ -81,6 +82,39 @@ impl Catalog {
     /// Catalog generation (bumped on every published change).
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// The (group, kind) pairs whose definitions differ between `previous` and this catalog
+    /// (added, removed, or another compiled version), plus the kinds either catalog names as
+    /// a child kind when those sets differ: only workloads of these kinds (and what they own)
+    /// can resolve differently.
+    pub fn changed_kinds(&self, previous: &Catalog) -> HashSet<(String, String)> {
+        let mut changed = HashSet::new();
+        let same = |a: &[Arc<Definition>], b: &[Arc<Definition>]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+        };
+        for (key, defs) in &self.by_group_kind {
+            if previous
+                .by_group_kind
+                .get(key)
+                .is_none_or(|p| !same(p, defs))
+            {
+                changed.insert(key.clone());
+            }
+        }
+        for key in previous.by_group_kind.keys() {
+            if !self.by_group_kind.contains_key(key) {
+                changed.insert(key.clone());
+            }
+        }
+        if self.child_kinds != previous.child_kinds {
+            changed.extend(
+                self.child_kinds
+                    .symmetric_difference(&previous.child_kinds)
+                    .cloned(),
+            );
+        }
+        changed
     }
 
     /// Every definition, sorted by root kind.

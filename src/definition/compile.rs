@@ -53,6 +53,8 @@ pub struct Definition {
     /// Quarantines this version of the definition when its evaluations keep exceeding
     /// their budgets.
     breaker: Breaker,
+    /// The catalog generation that first published this version (0: not yet).
+    published: std::sync::atomic::AtomicU64,
 }
 
 /// One compiled component.
@@ -487,6 +489,7 @@ impl Definition {
         let breaker = Breaker::new(&name);
         Ok(Definition {
             breaker,
+            published: std::sync::atomic::AtomicU64::new(0),
             name,
             origin: origin.to_owned(),
             source: source.to_owned(),
@@ -497,6 +500,23 @@ impl Definition {
             gang,
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
+    }
+
+    /// The catalog generation that first published this version of the definition (0 when
+    /// none has): what graphs name as the definition's generation, so a catalog change that
+    /// leaves this definition alone changes nothing in its graphs.
+    pub fn generation(&self) -> u64 {
+        self.published.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records the generation of the first catalog that holds this version.
+    pub(crate) fn published_in(&self, generation: u64) {
+        let _ = self.published.compare_exchange(
+            0,
+            generation,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// The definition's circuit breaker (see [`crate::definition::breaker`]).

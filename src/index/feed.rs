@@ -28,9 +28,29 @@ enum Op {
         Vec<Result<Cached, String>>,
         oneshot::Sender<Vec<String>>,
     ),
-    Reresolve,
+    Update(Arc<str>, Update, oneshot::Sender<Vec<String>>),
+    Reresolve(Arc<Catalog>),
     MarkSynced(String),
     Barrier(oneshot::Sender<()>),
+}
+
+/// Incremental changes from one source: objects added or replaced, objects removed (by
+/// identity) and notes set or cleared on objects.
+#[derive(Debug, Default)]
+pub struct Update {
+    /// Objects to add or replace.
+    pub upserts: Vec<Cached>,
+    /// Identities of objects to remove.
+    pub deletes: Vec<String>,
+    /// Notes to set (`Some`) or clear (`None`), by identity.
+    pub notes: Vec<(String, Option<String>)>,
+}
+
+impl Update {
+    /// True when it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.upserts.is_empty() && self.deletes.is_empty() && self.notes.is_empty()
+    }
 }
 
 /// A handle for sending changes to the index's writer thread. Cheap to clone.
@@ -93,13 +113,27 @@ impl Feed {
         applied.await.unwrap_or_default()
     }
 
+    /// Applies incremental changes of `source` in one batch; waits until they are applied.
+    pub async fn update(&self, source: &str, update: Update) {
+        let (done, applied) = oneshot::channel();
+        if self
+            .tx
+            .send(Op::Update(Arc::from(source), update, done))
+            .is_ok()
+        {
+            let _ = applied.await;
+        }
+    }
+
     /// Publishes `catalog` at once (lookups and new resolutions use it from now on) and
     /// queues the re-resolution of the workloads it may change.
     pub fn set_catalog(&self, catalog: Catalog) {
-        if let Some(index) = self.index.upgrade() {
-            index.store_catalog(catalog);
-        }
-        let _ = self.tx.send(Op::Reresolve);
+        let Some(index) = self.index.upgrade() else {
+            return;
+        };
+        let previous = index.catalog();
+        index.store_catalog(catalog);
+        let _ = self.tx.send(Op::Reresolve(previous));
     }
 
     /// Marks `source`'s first full sync done, after everything sent before it is applied.
@@ -138,7 +172,19 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
                 Op::Reset(source, items, done) => {
                     replies.push((done, batch.reset_converted(&source, items)));
                 }
-                Op::Reresolve => batch.reresolve(),
+                Op::Update(source, update, done) => {
+                    for cached in update.upserts {
+                        batch.upsert(cached, &source);
+                    }
+                    for uid in &update.deletes {
+                        batch.delete(uid);
+                    }
+                    for (uid, note) in &update.notes {
+                        batch.note(uid, note.as_deref());
+                    }
+                    replies.push((done, Vec::new()));
+                }
+                Op::Reresolve(previous) => batch.reresolve_since(&previous),
                 op @ (Op::MarkSynced(_) | Op::Barrier(_)) => after.push(op),
             }
             if taken < BATCH && after.is_empty() {

@@ -14,7 +14,7 @@ mod placements;
 mod published;
 mod query;
 
-pub use feed::Feed;
+pub use feed::{Feed, Update};
 pub use published::Published;
 pub use query::{AttributedPod, Filter, Sizes, TotalsKey};
 
@@ -88,6 +88,9 @@ struct Objects {
     children: HashMap<Uid, BTreeSet<Uid>>,
     /// How many entries are pods.
     pods: usize,
+    /// Notes a source attached to objects (e.g. "defined twice"), shown as a diagnostic on
+    /// every workload the object is part of.
+    notes: HashMap<Uid, Arc<str>>,
 }
 
 impl Objects {
@@ -171,6 +174,7 @@ enum Gathered {
         root: Arc<Object>,
         version: u64,
         pods: Vec<(Uid, Arc<Pod>)>,
+        notes: Vec<Arc<str>>,
     },
 }
 
@@ -212,6 +216,18 @@ pub struct Index {
     resolutions: AtomicU64,
     /// The writer thread, started by the first [`Index::feed`].
     feed: std::sync::OnceLock<Feed>,
+    /// Problems each source reports (files that did not parse, a missing directory).
+    problems: Mutex<std::collections::BTreeMap<String, Vec<SourceProblem>>>,
+}
+
+/// A problem a source reports: a file that did not parse (its last good documents stay
+/// active), a missing directory, objects defined twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceProblem {
+    /// The file or directory.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
 }
 
 /// Where this process's revisions start: a random multiple of 2^32, so a `since_revision`
@@ -253,7 +269,26 @@ impl Index {
             synced: AtomicBool::new(sources.is_empty()),
             resolutions: AtomicU64::new(0),
             feed: std::sync::OnceLock::new(),
+            problems: Mutex::default(),
         }
+    }
+
+    /// Replaces the problems `source` reports.
+    pub fn set_source_problems(&self, source: &str, problems: Vec<SourceProblem>) {
+        let mut all = relock(self.problems.lock());
+        if problems.is_empty() {
+            all.remove(source);
+        } else {
+            all.insert(source.to_owned(), problems);
+        }
+    }
+
+    /// Every source's reported problems, by source name.
+    pub fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)> {
+        relock(self.problems.lock())
+            .iter()
+            .map(|(s, p)| (s.clone(), p.clone()))
+            .collect()
     }
 
     /// The handle through which sources on the async runtime change the index: a writer
@@ -378,10 +413,11 @@ impl Index {
         self.batch().reset_converted(source, items)
     }
 
-    /// Publishes a new catalog and re-resolves every workload under it.
+    /// Publishes a new catalog and re-resolves the workloads whose definitions it changed.
     pub fn set_catalog(&self, catalog: Catalog) {
+        let previous = self.catalog();
         self.store_catalog(catalog);
-        self.batch().reresolve();
+        self.batch().reresolve_since(&previous);
     }
 
     /// Whether a pod update can keep the cached copy (`Some(true)`: identical, skip it),
@@ -429,7 +465,7 @@ impl Index {
         // readers take.
         resolve::same_answers(
             &lookup.definition,
-            catalog.generation(),
+            lookup.definition.generation(),
             &before,
             after,
             Some(Instant::now() + self.resolve_timeout),
@@ -522,6 +558,7 @@ impl Index {
             if matches!(old.cached, Cached::Pod(_)) {
                 objects.pods -= 1;
             }
+            objects.notes.remove(uid);
             w.dirty.insert(shared);
         }
     }
@@ -546,8 +583,11 @@ impl Index {
                         root,
                         version,
                         pods,
+                        notes,
                     } => {
-                        if let Some(r) = self.resolve_root(uid, &root, version, pods, &catalog) {
+                        if let Some(r) =
+                            self.resolve_root(uid, &root, version, pods, notes, &catalog)
+                        {
                             resolved.push(r);
                         }
                     }
@@ -598,10 +638,15 @@ impl Index {
                 }
             }
         }
+        let notes = std::iter::once(uid)
+            .chain(pods.iter().map(|(u, _)| u))
+            .filter_map(|u| objects.notes.get(u).cloned())
+            .collect();
         Gathered::Root {
             root,
             version: entry.version,
             pods,
+            notes,
         }
     }
 
@@ -612,6 +657,7 @@ impl Index {
         root: &Object,
         version: u64,
         mut pods: Vec<(Uid, Arc<Pod>)>,
+        notes: Vec<Arc<str>>,
         catalog: &Catalog,
     ) -> Option<Resolved> {
         let lookup = catalog.lookup(&root.meta.api_version, &root.meta.kind)?;
@@ -622,7 +668,7 @@ impl Index {
             name = %root.meta.name
         )
         .entered();
-        let key = (uid.clone(), version, catalog.generation());
+        let key = (uid.clone(), version, lookup.definition.id());
         let prepared = match self.prepared.get(&key) {
             Some(p) => p,
             None => {
@@ -639,7 +685,7 @@ impl Index {
         let refs: Vec<&Pod> = pods.iter().map(|(_, p)| p.as_ref()).collect();
         let input = resolve::Input {
             definition: &lookup.definition,
-            generation: catalog.generation(),
+            generation: lookup.definition.generation(),
             root,
             pods: &refs,
             fallback_from: lookup.fallback_from.as_deref(),
@@ -647,7 +693,16 @@ impl Index {
             prepared: Some(&prepared),
         };
         self.resolutions.fetch_add(1, Ordering::Relaxed);
-        let resolution = resolve::resolve(&input);
+        let mut resolution = resolve::resolve(&input);
+        for note in notes {
+            resolution.workload.diagnostics.push(pb::Diagnostic {
+                severity: resolve::diagnostics::WARNING.to_owned(),
+                code: resolve::diagnostics::code::SOURCE_NOTE.to_owned(),
+                message: note.to_string(),
+                component: String::new(),
+                expression: String::new(),
+            });
+        }
         let by_identity: HashMap<String, Uid> = pods
             .iter()
             .map(|(u, p)| (p.meta.identity(), u.clone()))
@@ -819,6 +874,29 @@ impl Batch<'_> {
         self.index.remove(&mut self.writer, uid);
     }
 
+    /// Adds or replaces one converted object from `source`.
+    pub fn upsert(&mut self, cached: Cached, source: &str) -> String {
+        self.index.insert(&mut self.writer, cached, source)
+    }
+
+    /// Attaches a note to an object (or removes it with `None`); the workloads it is part
+    /// of carry it as a `source_note` diagnostic.
+    pub fn note(&mut self, uid: &str, note: Option<&str>) {
+        let catalog = self.index.catalog.load();
+        let mut objects = self.index.objects_mut();
+        let shared = objects.uid(uid);
+        let changed = match note {
+            Some(n) => objects
+                .notes
+                .insert(shared, Arc::from(n))
+                .is_none_or(|old| old.as_ref() != n),
+            None => objects.notes.remove(uid).is_some(),
+        };
+        if changed {
+            mark_affected(&objects, &catalog, &mut self.writer.dirty, uid);
+        }
+    }
+
     /// Replaces everything `source` holds (see [`Index::reset_converted`]).
     pub fn reset_converted(
         &mut self,
@@ -853,6 +931,30 @@ impl Batch<'_> {
     pub fn reresolve(&mut self) {
         let all: Vec<Uid> = self.index.objects().entries.keys().cloned().collect();
         self.writer.dirty.extend(all);
+    }
+
+    /// Re-resolves what a catalog change can affect: the objects of every kind whose
+    /// definitions changed since `previous` (and, through them, the workloads they belong
+    /// to and the objects they own).
+    pub fn reresolve_since(&mut self, previous: &Catalog) {
+        let catalog = self.index.catalog.load_full();
+        let changed = catalog.changed_kinds(previous);
+        if changed.is_empty() {
+            return;
+        }
+        let objects = self.index.objects();
+        let affected: Vec<Uid> = objects
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                let gvk = e.cached.meta().gvk();
+                changed.contains(&(gvk.group, gvk.kind))
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in affected {
+            mark_affected(&objects, &catalog, &mut self.writer.dirty, &uid);
+        }
     }
 }
 

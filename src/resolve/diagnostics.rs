@@ -35,6 +35,8 @@ pub mod code {
     pub const BAD_QUANTITY: &str = "bad_quantity";
     /// The definition of another version of the kind was used.
     pub const DEFINITION_FALLBACK: &str = "definition_fallback";
+    /// A source's note about an object of the workload (e.g. defined in two files).
+    pub const SOURCE_NOTE: &str = "source_note";
     /// A gang key could not be read from a pod.
     pub const GANG_KEY_MISSING: &str = "gang_key_missing";
     /// A pod matches no gang member.

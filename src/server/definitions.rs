@@ -41,7 +41,7 @@ impl pb::definitions_server::Definitions for DefinitionsService {
                 name: d.name.clone(),
                 root_kind: Some(gvk(&d.root_kind)),
                 origin: d.origin.clone(),
-                generation: catalog.generation(),
+                generation: d.generation(),
                 last_error: errors
                     .iter()
                     .filter(|e| e.source == d.source)

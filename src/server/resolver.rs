@@ -189,7 +189,7 @@ impl ResolverService {
                             })?;
                         let mut w = resolve_inline(
                             &lookup.definition,
-                            catalog.generation(),
+                            lookup.definition.generation(),
                             lookup.fallback_from.as_deref(),
                             &root,
                             &pods,

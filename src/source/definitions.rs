@@ -9,6 +9,7 @@
 //! is validated and compiled off the request path; one that fails keeps its last good
 //! definitions and its errors are reported.
 
+use super::files::{self, Tracker};
 use crate::definition::catalog::{self, Catalog, load_embedded};
 use crate::definition::{Definition, DefinitionError, GroupVersionKind, LoadReport, load};
 use crate::index::Index;
@@ -231,78 +232,130 @@ impl Changed for bool {
     }
 }
 
-/// Last good definitions per file of `--definitions DIR`.
+/// Reads a definitions directory: only files whose metadata and then content changed are
+/// parsed and compiled again; each file that fails keeps its last good definitions; a
+/// directory that disappears keeps all of them (reported) until it is back.
 pub struct Reloader {
     dir: PathBuf,
     origin: String,
-    good: BTreeMap<PathBuf, Vec<Arc<Definition>>>,
-    /// Hash of the files the last reload read.
-    hash: u64,
+    tracker: Tracker<Vec<Arc<Definition>>>,
+    errors: BTreeMap<PathBuf, Vec<DefinitionError>>,
+    missing: bool,
+    /// False until the first reload (which always returns the layer).
+    loaded: bool,
 }
 
 impl Reloader {
-    /// A reloader for `dir`.
+    /// A reloader for `dir` (nothing read yet).
     pub fn new(dir: &Path) -> Reloader {
         Reloader {
             dir: dir.to_path_buf(),
             origin: format!("directory:{}", dir.display()),
-            good: BTreeMap::new(),
-            hash: 0,
+            tracker: Tracker::default(),
+            errors: BTreeMap::new(),
+            missing: false,
+            loaded: false,
         }
     }
 
-    /// Re-reads the directory: the directory layer and its errors. Files that fail keep
-    /// their previous good definitions.
-    pub fn reload(&mut self) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
-        let mut errors = Vec::new();
-        let files = load::definition_files(&self.dir).unwrap_or_default();
-        self.hash = super::hash_files(&files);
-        let mut next: BTreeMap<PathBuf, Vec<Arc<Definition>>> = BTreeMap::new();
-        for file in files {
-            let (parsed, parse_errors) = load::parse_file(&file);
+    /// Scans the directory; `None` when nothing changed, else the directory layer (every
+    /// file's last good definitions) and the errors in effect.
+    pub fn reload(&mut self) -> Option<(Vec<Arc<Definition>>, Vec<DefinitionError>)> {
+        let first = !std::mem::replace(&mut self.loaded, true);
+        let walk = files::walk(&self.dir, files::is_manifest);
+        let source = self.dir.display().to_string();
+        if !walk.exists {
+            if !self.missing {
+                tracing::warn!(dir = %source, "the definitions directory is gone (removed or renamed?); its last good definitions stay active until it is back");
+                self.missing = true;
+                self.errors.insert(
+                    self.dir.clone(),
+                    vec![DefinitionError::new(
+                        &source,
+                        "",
+                        None,
+                        "the directory does not exist; its last good definitions stay active",
+                    )],
+                );
+                return Some(self.layer());
+            }
+            return first.then(|| self.layer());
+        }
+        let was_missing = std::mem::take(&mut self.missing);
+        if was_missing {
+            self.errors.remove(&self.dir);
+        }
+        let diff = self.tracker.diff(&walk);
+        if diff.is_empty() && !was_missing && !first {
+            return None;
+        }
+        for path in &diff.removed {
+            self.tracker.remove(path);
+            self.errors.remove(path);
+        }
+        for (path, why) in diff.unreadable {
+            let e = DefinitionError::unreadable(&path.display().to_string(), why);
+            tracing::warn!(error = %e, "definition file unreadable; its last good version stays active");
+            self.errors.insert(path, vec![e]);
+        }
+        for changed in diff.changed {
+            let source = changed.path.display().to_string();
+            let (parsed, parse_errors) = load::parse_text(&changed.text, &source);
             let (defs, compile_errors) = catalog::compile_all(parsed, &self.origin);
             let file_errors: Vec<DefinitionError> =
                 parse_errors.into_iter().chain(compile_errors).collect();
             if file_errors.is_empty() {
-                next.insert(file, defs);
+                self.tracker.keep(&changed.path, defs);
+                self.errors.remove(&changed.path);
             } else {
                 for e in &file_errors {
                     tracing::warn!(error = %e, "definition rejected; the last good version stays active");
                 }
-                errors.extend(file_errors);
-                if let Some(previous) = self.good.get(&file) {
-                    next.insert(file, previous.clone());
-                }
+                self.tracker.failed(&changed.path);
+                self.errors.insert(changed.path, file_errors);
             }
         }
-        self.good = next;
-        let layer: Vec<Arc<Definition>> = self.good.values().flatten().cloned().collect();
-        (layer, errors)
+        Some(self.layer())
     }
 
-    /// Reloads now and publishes the directory layer through `publisher`.
+    fn layer(&self) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
+        let defs = self
+            .tracker
+            .iter()
+            .flat_map(|(_, d)| d.iter().cloned())
+            .collect();
+        let errors = self.errors.values().flatten().cloned().collect();
+        (defs, errors)
+    }
+
+    /// Scans and, when something changed, publishes the directory layer through
+    /// `publisher`.
     pub fn publish(&mut self, publisher: &Publisher) {
-        let (defs, errors) = self.reload();
-        publisher.update(|layers| layers.set_directory(defs, errors));
+        if let Some((defs, errors)) = self.reload() {
+            publisher.update(|layers| layers.set_directory(defs, errors));
+        }
     }
 }
 
 /// Watches the directory and republishes on every change (including one made between the
-/// initial load and the watch starting).
+/// initial load and the watch starting). Scans and compilation run on a blocking thread.
 pub async fn run(mut reloader: Reloader, publisher: Arc<Publisher>) {
-    let dir = reloader.dir.clone();
-    let (_watcher, mut ticks) = match super::watch_dir(&dir) {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::error!(error = %e, dir = %dir.display(), "cannot watch the definitions directory; edits will not be seen");
-            return;
-        }
-    };
+    let (mut watch, mut ticks) = files::DirWatch::start(&reloader.dir, files::RESCAN);
     loop {
-        let hash = super::hash_files(&load::definition_files(&dir).unwrap_or_default());
-        if hash != reloader.hash {
-            reloader.publish(&publisher);
-        }
+        let publisher_for_scan = publisher.clone();
+        let scanned = tokio::task::spawn_blocking(move || {
+            reloader.publish(&publisher_for_scan);
+            reloader
+        })
+        .await;
+        reloader = match scanned {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "reloading definitions failed");
+                return;
+            }
+        };
+        watch.refresh();
         if ticks.recv().await.is_none() {
             return;
         }

@@ -1,118 +1,306 @@
 //! `serve --manifests DIR`: every YAML/JSON file below DIR is the cluster.
+//!
+//! The directory is scanned by metadata ([`super::files`]): a scan with nothing changed reads
+//! no file, and a changed file is parsed alone, its objects sent to the index as adds,
+//! replacements and removals of that file's objects only. A file that stops parsing (a
+//! half-saved edit) keeps its last good objects, with the error reported (log,
+//! `kartograf_source_problems`, `Sources.ListSources`); a directory that disappears keeps
+//! everything until it is back. An object defined in two files is taken from the first file
+//! by path, and both the log and a `source_note` diagnostic on its workload say so.
 
-use crate::index::Index;
+use super::files::{self, DirWatch, Tracker, Walk};
+use crate::expr::Limits;
+use crate::index::{Index, SourceProblem, Update};
 use crate::manifest;
+use crate::object::Cached;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The source name used in the index.
 pub const SOURCE: &str = "manifests";
 
-/// Reads every document below `dir`, parsing files on all cores; unreadable files are
-/// reported and skipped. Documents keep file order.
-pub fn read_all(dir: &Path) -> (Vec<serde_json::Value>, Vec<String>, u64) {
-    let files: Vec<PathBuf> = manifest::files_below(dir).unwrap_or_default();
-    let hash = super::hash_files(&files);
-    let read_one = |file: &PathBuf| {
-        std::fs::read_to_string(file)
-            .map_err(|e| e.to_string())
-            .and_then(|t| manifest::parse_documents(&t))
-            .map_err(|e| format!("{}: {e}", file.display()))
-    };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(files.len());
-    let parsed: Vec<Result<Vec<serde_json::Value>, String>> = if threads <= 1 {
-        files.iter().map(read_one).collect()
-    } else {
-        let per = files.len().div_ceil(threads);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = files
-                .chunks(per)
-                .map(|chunk| s.spawn(move || chunk.iter().map(read_one).collect::<Vec<_>>()))
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| vec![Err("a manifest parser thread failed".to_owned())])
-                })
-                .collect()
-        })
-    };
-    let mut docs = Vec::new();
-    let mut problems = Vec::new();
-    for result in parsed {
-        match result {
-            Ok(d) => docs.extend(d),
-            Err(e) => problems.push(e),
+/// An object's identity (its uid, or kind/namespace/name without one).
+type Identity = Arc<str>;
+
+/// The objects a file gave, by identity.
+type FileObjects = Vec<(Identity, Cached)>;
+
+/// The documents of a directory tree as the index should hold them.
+pub struct ManifestSet {
+    root: PathBuf,
+    limits: Limits,
+    tracker: Tracker<FileObjects>,
+    /// Files defining each identity, sorted: the first is the one in effect.
+    providers: HashMap<Identity, Vec<PathBuf>>,
+    /// Identities noted as duplicates last time.
+    noted: HashSet<Identity>,
+    /// Current problems per file (or the directory itself).
+    problems: std::collections::BTreeMap<PathBuf, String>,
+}
+
+impl ManifestSet {
+    /// An empty set over `root` (nothing read yet).
+    pub fn new(root: &Path, limits: Limits) -> ManifestSet {
+        ManifestSet {
+            root: root.to_path_buf(),
+            limits,
+            tracker: Tracker::default(),
+            providers: HashMap::new(),
+            noted: HashSet::new(),
+            problems: std::collections::BTreeMap::new(),
         }
     }
-    (docs, problems, hash)
+
+    /// The problems known now: files that failed (they keep their last good objects), a
+    /// missing directory, objects defined in two files.
+    pub fn problems(&self) -> Vec<SourceProblem> {
+        self.problems
+            .iter()
+            .map(|(p, m)| SourceProblem {
+                path: p.display().to_string(),
+                message: m.clone(),
+            })
+            .collect()
+    }
+
+    /// How many objects are in effect.
+    pub fn objects(&self) -> usize {
+        self.providers.len()
+    }
+
+    /// Scans the tree and returns what changed for the index. Reads only files whose
+    /// metadata changed; parses only those whose content changed.
+    pub fn scan(&mut self) -> Update {
+        let walk: Walk = files::walk(&self.root, files::is_manifest);
+        self.problems
+            .retain(|p, _| p != &self.root && !p.starts_with("walk:"));
+        if !walk.exists {
+            self.problems.insert(
+                self.root.clone(),
+                "the directory does not exist (removed or renamed?); its objects stay until it is back".to_owned(),
+            );
+            return Update::default();
+        }
+        for problem in &walk.problems {
+            self.problems
+                .insert(PathBuf::from(format!("walk:{problem}")), problem.clone());
+        }
+        let diff = self.tracker.diff(&walk);
+        let mut touched: BTreeSet<Identity> = BTreeSet::new();
+        for path in &diff.removed {
+            self.problems.remove(path);
+            if let Some(objects) = self.tracker.remove(path) {
+                for (id, _) in objects {
+                    self.drop_provider(&id, path);
+                    touched.insert(id);
+                }
+            }
+        }
+        for (path, why) in diff.unreadable {
+            tracing::warn!(file = %path.display(), "cannot read a manifest file (its last good objects stay): {why}");
+            self.problems.insert(path, why);
+        }
+        for changed in diff.changed {
+            let path = changed.path;
+            let docs = match manifest::parse_documents(&changed.text) {
+                Ok(docs) => docs,
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), "a manifest file does not parse; its last good objects stay: {e}");
+                    self.problems.insert(path.clone(), e);
+                    self.tracker.failed(&path);
+                    continue;
+                }
+            };
+            drop(changed.text);
+            let mut skipped = Vec::new();
+            let mut objects: FileObjects = Vec::with_capacity(docs.len());
+            let mut seen: HashSet<Identity> = HashSet::new();
+            for doc in docs {
+                match Cached::from_json(&doc, self.limits) {
+                    Ok(cached) => {
+                        let id: Identity = cached.meta().identity().into();
+                        if !seen.insert(id.clone()) {
+                            skipped.push(format!(
+                                "{id} is defined twice in this file; the last one is used"
+                            ));
+                            objects.retain(|(i, _)| i != &id);
+                        }
+                        objects.push((id, cached));
+                    }
+                    Err(e) => skipped.push(e),
+                }
+            }
+            if skipped.is_empty() {
+                self.problems.remove(&path);
+            } else {
+                for s in &skipped {
+                    tracing::warn!(file = %path.display(), "skipped a manifest document: {s}");
+                }
+                self.problems.insert(path.clone(), skipped.join("; "));
+            }
+            let before: HashSet<Identity> = self
+                .tracker
+                .payload(&path)
+                .map(|o| o.iter().map(|(id, _)| id.clone()).collect())
+                .unwrap_or_default();
+            let old: HashMap<Identity, Cached> = self
+                .tracker
+                .payload(&path)
+                .map(|o| o.iter().cloned().collect())
+                .unwrap_or_default();
+            for id in before.difference(&seen) {
+                self.drop_provider(id, &path);
+                touched.insert(id.clone());
+            }
+            for (id, cached) in &objects {
+                let providers = self.providers.entry(id.clone()).or_default();
+                if let Err(at) = providers.binary_search(&path) {
+                    providers.insert(at, path.clone());
+                }
+                // An object whose content did not change needs nothing sent.
+                if !old.get(id).is_some_and(|o| o.same(cached)) {
+                    touched.insert(id.clone());
+                }
+            }
+            self.tracker.keep(&path, objects);
+        }
+        self.changes(touched)
+    }
+
+    fn drop_provider(&mut self, id: &Identity, path: &Path) {
+        if let Some(providers) = self.providers.get_mut(id) {
+            providers.retain(|p| p != path);
+            if providers.is_empty() {
+                self.providers.remove(id);
+            }
+        }
+    }
+
+    /// What the index must do for each touched identity: the first file's copy, or removal.
+    fn changes(&mut self, touched: BTreeSet<Identity>) -> Update {
+        let mut update = Update::default();
+        for id in touched {
+            let Some(providers) = self.providers.get(&id) else {
+                update.deletes.push(id.to_string());
+                if self.noted.remove(&id) {
+                    update.notes.push((id.to_string(), None));
+                }
+                continue;
+            };
+            let first = &providers[0];
+            let copy = self
+                .tracker
+                .payload(first)
+                .and_then(|o| o.iter().find(|(i, _)| i == &id))
+                .map(|(_, c)| c.clone());
+            if let Some(cached) = copy {
+                update.upserts.push(cached);
+            }
+            if providers.len() > 1 {
+                let files: Vec<String> =
+                    providers.iter().map(|p| p.display().to_string()).collect();
+                let note = format!(
+                    "{id} is defined in {} files ({}); the copy in {} is used",
+                    files.len(),
+                    files.join(", "),
+                    files[0]
+                );
+                tracing::warn!("{note}");
+                self.noted.insert(id.clone());
+                update.notes.push((id.to_string(), Some(note)));
+            } else if self.noted.remove(&id) {
+                update.notes.push((id.to_string(), None));
+            }
+        }
+        update
+    }
+
+    /// Every object in effect (the first file's copy of each identity).
+    pub fn current(&self) -> Vec<Cached> {
+        let mut out = Vec::with_capacity(self.providers.len());
+        for (id, providers) in &self.providers {
+            if let Some((_, c)) = self
+                .tracker
+                .payload(&providers[0])
+                .and_then(|o| o.iter().find(|(i, _)| i == id))
+            {
+                out.push(c.clone());
+            }
+        }
+        out
+    }
+}
+
+/// Reads every object below `path` once (for callers that do not watch): the objects in
+/// effect and the problems met.
+pub fn read_once(path: &Path) -> (Vec<Cached>, Vec<SourceProblem>) {
+    let mut set = ManifestSet::new(path, Limits::default());
+    let update = set.scan();
+    (update.upserts, set.problems())
 }
 
 /// Loads `dir` into the index, marks the source synced, then keeps the index in step with
-/// the files until the watcher channel closes.
+/// the files until the task is dropped. Scans run on a blocking thread.
 pub async fn run(index: Arc<Index>, dir: PathBuf) {
-    // Watch first, so no edit made right after the initial load is missed.
-    let watcher = super::watch_dir(&dir);
-    let feed = index.feed();
-    let Some((docs, problems, mut last)) = read_converted(&index, &dir).await else {
-        return;
-    };
-    for p in problems {
-        tracing::warn!(problem = %p, "skipped a manifest file");
-    }
-    let documents = docs.len();
-    for skipped in feed.reset(SOURCE, docs).await {
-        tracing::warn!(%skipped, "skipped a manifest document");
-    }
-    feed.mark_synced(SOURCE);
-    tracing::info!(dir = %dir.display(), documents, revision = index.revision(), "manifests loaded");
-    let (_watcher, mut ticks) = match watcher {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::error!(error = %e, dir = %dir.display(), "cannot watch the manifest directory; changes will not be seen");
-            return;
-        }
-    };
-    while ticks.recv().await.is_some() {
-        let Some((docs, problems, hash)) = read_converted(&index, &dir).await else {
-            return;
-        };
-        if hash == last {
-            continue;
-        }
-        last = hash;
-        for p in problems {
-            tracing::warn!(problem = %p, "skipped a manifest file");
-        }
-        let documents = docs.len();
-        let skipped = feed.reset(SOURCE, docs).await;
-        for s in skipped {
-            tracing::warn!(skipped = %s, "skipped a manifest document");
-        }
-        tracing::info!(documents, revision = index.revision(), "manifests reloaded");
-    }
+    run_with(index, dir, files::RESCAN).await;
 }
 
-/// Documents converted for the index.
-type Converted = Vec<Result<crate::object::Cached, String>>;
-
-/// Reads and converts every document below `dir` on a blocking thread (off the runtime's
-/// workers); `None` when that thread could not run.
-async fn read_converted(index: &Arc<Index>, dir: &Path) -> Option<(Converted, Vec<String>, u64)> {
-    let (index, dir) = (index.clone(), dir.to_path_buf());
-    let read = tokio::task::spawn_blocking(move || {
-        let (docs, problems, hash) = read_all(&dir);
-        let converted = docs.iter().map(|d| index.convert(d)).collect();
-        (converted, problems, hash)
-    });
-    match read.await {
-        Ok(r) => Some(r),
-        Err(e) => {
-            tracing::error!(error = %e, "reading the manifest directory failed");
-            None
+/// [`run`] with the period of the scan that runs even without file events.
+pub async fn run_with(index: Arc<Index>, dir: PathBuf, rescan: Duration) {
+    // Watch first, so no edit made right after the initial load is missed.
+    let (mut watch, mut ticks) = DirWatch::start(&dir, rescan);
+    let feed = index.feed();
+    let mut set = ManifestSet::new(&dir, Limits::default());
+    let mut first = true;
+    loop {
+        let scanned = tokio::task::spawn_blocking(move || {
+            let update = set.scan();
+            (set, update)
+        })
+        .await;
+        let update;
+        (set, update) = match scanned {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "scanning the manifest directory failed");
+                return;
+            }
+        };
+        index.set_source_problems(SOURCE, set.problems());
+        if first {
+            // The first scan replaces whatever the source held.
+            let skipped = feed
+                .reset(SOURCE, update.upserts.into_iter().map(Ok).collect())
+                .await;
+            for s in skipped {
+                tracing::warn!(skipped = %s, "skipped a manifest document");
+            }
+            feed.update(
+                SOURCE,
+                Update {
+                    notes: update.notes,
+                    ..Update::default()
+                },
+            )
+            .await;
+            feed.mark_synced(SOURCE);
+            first = false;
+            tracing::info!(dir = %dir.display(), objects = set.objects(), revision = index.revision(), "manifests loaded");
+        } else if !update.is_empty() {
+            let (upserts, deletes) = (update.upserts.len(), update.deletes.len());
+            feed.update(SOURCE, update).await;
+            tracing::info!(
+                changed = upserts,
+                removed = deletes,
+                revision = index.revision(),
+                "manifests reloaded"
+            );
+        }
+        watch.refresh();
+        if ticks.recv().await.is_none() {
+            return;
         }
     }
 }

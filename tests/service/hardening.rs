@@ -21,10 +21,10 @@ use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus}
 /// An index holding the demo cluster, synced.
 fn demo_index() -> Arc<Index> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster");
-    let (docs, errors, _) = manifests::read_all(&dir);
+    let (docs, errors) = manifests::read_once(&dir);
     assert!(errors.is_empty(), "{errors:?}");
     let index = Index::new(Catalog::embedded().expect("catalog"), &[manifests::SOURCE]);
-    index.reset(manifests::SOURCE, &docs);
+    index.reset_converted(manifests::SOURCE, docs.into_iter().map(Ok).collect());
     index.mark_synced(manifests::SOURCE);
     Arc::new(index)
 }

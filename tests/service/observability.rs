@@ -397,8 +397,8 @@ async fn readyz_follows_the_first_sync_and_shutdown() {
 async fn workload_series_follow_the_index() {
     let index = Arc::new(Index::new(Catalog::embedded().expect("catalog"), &[]));
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster");
-    let (docs, _, _) = kartograf::source::manifests::read_all(&dir);
-    index.reset("test", &docs);
+    let (docs, _) = kartograf::source::manifests::read_once(&dir);
+    index.reset_converted("test", docs.into_iter().map(Ok).collect());
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let shared = Shared::new(index.clone(), Arc::new(LoadReport::default()), rx);
     let text = shared.metrics.encode();

@@ -128,11 +128,15 @@ fn synth_cluster_resolves_cleanly_from_a_manifest_directory() {
     let cluster = cluster();
     let dir = crate::temp_dir("synth");
     cluster.write_dir(&dir).unwrap();
-    let (docs, problems, _) = kartograf::source::manifests::read_all(&dir);
+    let (docs, problems) = kartograf::source::manifests::read_once(&dir);
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(docs.len(), cluster.len());
     let index = Index::new(Catalog::embedded().unwrap(), &[]);
-    assert!(index.reset("manifests", &docs).is_empty());
+    assert!(
+        index
+            .reset_converted("manifests", docs.into_iter().map(Ok).collect())
+            .is_empty()
+    );
     assert_clean(&index, &cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,445 @@
+//! Watched directories that cost nothing at rest: which files changed is decided from their
+//! metadata (size, modification and change times, inode), and only files whose metadata
+//! changed are read; a file is parsed again only when its content hash changed too.
+//!
+//! The walk follows symbolic links (ConfigMap mounts are made of them) but visits every
+//! directory and every file once, by device and inode, so a link loop (`self -> .`) costs one
+//! extra `stat`. The watcher ignores the file accesses the walk itself causes, and also
+//! watches the directory's parent, so a directory that is removed and created again is
+//! watched again at once.
+
+use notify::event::{AccessKind, AccessMode, EventKind};
+use notify::{RecursiveMode, Watcher};
+use std::collections::{BTreeMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Debounce after a file event before scanning.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// Periodic scan, in case an event was missed.
+pub const RESCAN: Duration = Duration::from_secs(30);
+/// Deepest directory nesting walked.
+pub const MAX_DEPTH: usize = 16;
+/// Most files one directory tree may hold.
+pub const MAX_FILES: usize = 1_000_000;
+/// Largest file read (larger ones are reported and skipped).
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
+static READS: AtomicU64 = AtomicU64::new(0);
+
+/// Files read by every tracked directory of this process (for metrics and tests).
+pub fn reads() -> u64 {
+    READS.load(Ordering::Relaxed)
+}
+
+/// What decides whether a file may have changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    len: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+    ino: u64,
+    dev: u64,
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            len: m.len(),
+            modified: (m.mtime(), m.mtime_nsec()),
+            changed: (m.ctime(), m.ctime_nsec()),
+            ino: m.ino(),
+            dev: m.dev(),
+        }
+    }
+}
+
+/// One walk of a directory tree.
+#[derive(Debug, Default)]
+pub struct Walk {
+    /// Accepted files (sorted by path), each once.
+    pub files: Vec<(PathBuf, Stamp)>,
+    /// Problems met on the way (unreadable directories, loops, limits).
+    pub problems: Vec<String>,
+    /// False when the root does not exist (it was removed or renamed away).
+    pub exists: bool,
+}
+
+/// Every file below `root` (or `root` itself if it is a file) for which `accept` is true;
+/// entries whose name starts with `.` are skipped (ConfigMap `..data` is reached through its
+/// links).
+pub fn walk(root: &Path, accept: impl Fn(&Path) -> bool) -> Walk {
+    let mut out = Walk::default();
+    let meta = match std::fs::metadata(root) {
+        Ok(m) => m,
+        Err(_) => return out,
+    };
+    out.exists = true;
+    if meta.is_file() {
+        out.files.push((root.to_path_buf(), Stamp::of(&meta)));
+        return out;
+    }
+    let mut dirs_seen: HashSet<(u64, u64)> = HashSet::new();
+    let mut files_seen: HashSet<(u64, u64)> = HashSet::new();
+    dirs_seen.insert((meta.dev(), meta.ino()));
+    let mut stack: Vec<(PathBuf, usize)> = vec![(root.to_path_buf(), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) => {
+                out.problems.push(format!("{}: {e}", dir.display()));
+                continue;
+            }
+        };
+        let mut names: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.path())
+            .collect();
+        names.sort();
+        for path in names {
+            // Follows links: a link to a directory is walked (once), a link to a file read.
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            let id = (meta.dev(), meta.ino());
+            if meta.is_dir() {
+                if depth + 1 > MAX_DEPTH {
+                    out.problems.push(format!(
+                        "{}: deeper than {MAX_DEPTH} levels; not read",
+                        path.display()
+                    ));
+                } else if dirs_seen.insert(id) {
+                    stack.push((path, depth + 1));
+                }
+                // A directory seen before is a link loop or a second link: skipped.
+            } else if meta.is_file() && accept(&path) && files_seen.insert(id) {
+                if out.files.len() == MAX_FILES {
+                    out.problems.push(format!(
+                        "more than {MAX_FILES} files; the rest are not read"
+                    ));
+                    return out;
+                }
+                out.files.push((path, Stamp::of(&meta)));
+            }
+        }
+    }
+    out.files.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// `*.yaml`, `*.yml` and `*.json`.
+pub fn is_manifest(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+/// What a tracked file last gave: its stamp, content hash and the caller's payload.
+struct Known<T> {
+    stamp: Stamp,
+    hash: u64,
+    payload: T,
+}
+
+/// A file to parse: its path and content.
+pub struct Changed {
+    /// The file.
+    pub path: PathBuf,
+    /// Its content (read once, now).
+    pub text: String,
+}
+
+/// What changed since the previous scan.
+#[derive(Default)]
+pub struct Diff {
+    /// Files that are new or whose content changed.
+    pub changed: Vec<Changed>,
+    /// Files that are gone.
+    pub removed: Vec<PathBuf>,
+    /// Files that could not be read (they keep what they gave before).
+    pub unreadable: Vec<(PathBuf, String)>,
+}
+
+impl Diff {
+    /// True when nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty() && self.removed.is_empty() && self.unreadable.is_empty()
+    }
+}
+
+/// Files of a directory tree with what each last gave (`T`, the caller's parse result).
+pub struct Tracker<T> {
+    known: BTreeMap<PathBuf, Known<T>>,
+    /// Content read for a file but not yet confirmed by [`Tracker::keep`].
+    pending: BTreeMap<PathBuf, (Stamp, u64)>,
+}
+
+impl<T> Default for Tracker<T> {
+    fn default() -> Self {
+        Tracker {
+            known: BTreeMap::new(),
+            pending: BTreeMap::new(),
+        }
+    }
+}
+
+fn hash(bytes: &[u8]) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(bytes)
+}
+
+impl<T> Tracker<T> {
+    /// Compares a walk with what is known: reads only files whose metadata changed, and
+    /// reports only those whose content changed.
+    pub fn diff(&mut self, walk: &Walk) -> Diff {
+        let mut diff = Diff::default();
+        self.pending.clear();
+        let present: HashSet<&Path> = walk.files.iter().map(|(p, _)| p.as_path()).collect();
+        diff.removed = self
+            .known
+            .keys()
+            .filter(|p| !present.contains(p.as_path()))
+            .cloned()
+            .collect();
+        for (path, stamp) in &walk.files {
+            if self.known.get(path).is_some_and(|k| k.stamp == *stamp) {
+                continue;
+            }
+            if stamp.len > MAX_FILE_BYTES {
+                diff.unreadable.push((
+                    path.clone(),
+                    format!("larger than {MAX_FILE_BYTES} bytes; not read"),
+                ));
+                continue;
+            }
+            READS.fetch_add(1, Ordering::Relaxed);
+            let bytes = match std::fs::read(path) {
+                Ok(b) => b,
+                Err(e) => {
+                    diff.unreadable.push((path.clone(), e.to_string()));
+                    continue;
+                }
+            };
+            let h = hash(&bytes);
+            match self.known.get_mut(path) {
+                Some(k) if k.hash == h => k.stamp = *stamp,
+                _ => match String::from_utf8(bytes) {
+                    Ok(text) => {
+                        self.pending.insert(path.clone(), (*stamp, h));
+                        diff.changed.push(Changed {
+                            path: path.clone(),
+                            text,
+                        });
+                    }
+                    Err(_) => diff
+                        .unreadable
+                        .push((path.clone(), "not UTF-8 text".to_owned())),
+                },
+            }
+        }
+        diff
+    }
+
+    /// Records what a changed file gave (after it parsed); a file that failed to parse is
+    /// not kept, so it is read again on its next change and keeps its previous payload.
+    pub fn keep(&mut self, path: &Path, payload: T) {
+        if let Some((stamp, hash)) = self.pending.remove(path) {
+            self.known.insert(
+                path.to_path_buf(),
+                Known {
+                    stamp,
+                    hash,
+                    payload,
+                },
+            );
+        }
+    }
+
+    /// Marks a file whose new content failed: its last good payload stays, and its stamp is
+    /// updated so the same bad content is not read again at every scan.
+    pub fn failed(&mut self, path: &Path) {
+        if let Some((stamp, hash)) = self.pending.remove(path)
+            && let Some(k) = self.known.get_mut(path)
+        {
+            k.stamp = stamp;
+            k.hash = hash;
+        }
+    }
+
+    /// Forgets a removed file; returns what it gave.
+    pub fn remove(&mut self, path: &Path) -> Option<T> {
+        self.known.remove(path).map(|k| k.payload)
+    }
+
+    /// What a file gave last, if it is known.
+    pub fn payload(&self, path: &Path) -> Option<&T> {
+        self.known.get(path).map(|k| &k.payload)
+    }
+
+    /// Every known file with its payload, by path.
+    pub fn iter(&self) -> impl Iterator<Item = (&PathBuf, &T)> {
+        self.known.iter().map(|(p, k)| (p, &k.payload))
+    }
+}
+
+/// A watch on a directory tree that survives the directory being removed and created again.
+pub struct DirWatch {
+    root: PathBuf,
+    watcher: Option<notify::RecommendedWatcher>,
+    /// Device and inode of the root the watcher was set on.
+    watched: Option<(u64, u64)>,
+    events: mpsc::UnboundedSender<()>,
+}
+
+/// Whether a file-system event can mean a change (reads, including the scanner's own, do
+/// not).
+fn relevant(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
+impl DirWatch {
+    /// Watches `root` (recursively) and its parent (for the root itself appearing or going).
+    /// The returned receiver gets a tick, debounced, on every relevant event and every
+    /// [`RESCAN`]; the watch must be [`DirWatch::refresh`]ed after each scan.
+    pub fn start(root: &Path, rescan: Duration) -> (DirWatch, mpsc::Receiver<()>) {
+        let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<()>();
+        let (tx, rx) = mpsc::channel(1);
+        tokio::spawn(async move {
+            loop {
+                let woke = tokio::select! {
+                    e = raw_rx.recv() => e.is_some(),
+                    _ = tokio::time::sleep(rescan) => true,
+                };
+                if !woke {
+                    return;
+                }
+                // Debounce: swallow the burst.
+                tokio::time::sleep(DEBOUNCE).await;
+                while raw_rx.try_recv().is_ok() {}
+                if tx.send(()).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut w = DirWatch {
+            root: root.to_path_buf(),
+            watcher: None,
+            watched: None,
+            events: raw_tx,
+        };
+        w.refresh();
+        (w, rx)
+    }
+
+    /// (Re)sets the watches when the root is new, gone or replaced by another directory.
+    pub fn refresh(&mut self) {
+        let current = std::fs::metadata(&self.root)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        if self.watcher.is_some() && current == self.watched {
+            return;
+        }
+        let events = self.events.clone();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if let Ok(event) = event
+                && relevant(&event.kind)
+            {
+                let _ = events.send(());
+            }
+        });
+        let mut watcher = match watcher {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(error = %e, path = %self.root.display(), "cannot watch; changes are seen by the periodic scan only");
+                return;
+            }
+        };
+        let parent = self
+            .root
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        if let Err(e) = watcher.watch(&parent, RecursiveMode::NonRecursive) {
+            tracing::warn!(error = %e, path = %parent.display(), "cannot watch the parent directory");
+        }
+        if current.is_some()
+            && std::fs::metadata(&self.root).is_ok_and(|m| m.is_dir())
+            && let Err(e) = watcher.watch(&self.root, RecursiveMode::Recursive)
+        {
+            tracing::warn!(error = %e, path = %self.root.display(), "cannot watch; changes are seen by the periodic scan only");
+        }
+        if self.watched.is_some() && current != self.watched {
+            tracing::info!(path = %self.root.display(), "directory replaced; watching the new one");
+        }
+        self.watched = current;
+        self.watcher = Some(watcher);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("kartograf-files-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn walks_each_file_once_through_link_loops() {
+        let d = temp("loops");
+        std::fs::create_dir_all(d.join("a/b")).unwrap();
+        std::fs::write(d.join("a/one.yaml"), "x: 1").unwrap();
+        std::fs::write(d.join("a/b/two.json"), "{}").unwrap();
+        std::fs::write(d.join("a/b/notes.txt"), "no").unwrap();
+        std::os::unix::fs::symlink(".", d.join("self")).unwrap();
+        std::os::unix::fs::symlink("..", d.join("a/up")).unwrap();
+        std::os::unix::fs::symlink("one.yaml", d.join("a/same.yaml")).unwrap();
+        let w = walk(&d, is_manifest);
+        let names: Vec<String> = w
+            .files
+            .iter()
+            .map(|(p, _)| p.strip_prefix(&d).unwrap().display().to_string())
+            .collect();
+        assert_eq!(names, ["a/b/two.json", "a/one.yaml"]);
+        assert!(w.exists);
+    }
+
+    #[test]
+    fn reads_only_changed_files_and_reports_only_new_content() {
+        let d = temp("diff");
+        std::fs::write(d.join("a.yaml"), "a: 1").unwrap();
+        std::fs::write(d.join("b.yaml"), "b: 1").unwrap();
+        let mut t: Tracker<u32> = Tracker::default();
+        let diff = t.diff(&walk(&d, is_manifest));
+        assert_eq!(diff.changed.len(), 2);
+        for c in diff.changed {
+            t.keep(&c.path, 1);
+        }
+        let before = reads();
+        assert!(t.diff(&walk(&d, is_manifest)).is_empty());
+        assert_eq!(reads(), before, "nothing read when nothing changed");
+        // Same content rewritten: read once, not reported.
+        std::thread::sleep(Duration::from_millis(10));
+        std::fs::write(d.join("a.yaml"), "a: 1").unwrap();
+        assert!(t.diff(&walk(&d, is_manifest)).is_empty());
+        assert!(t.diff(&walk(&d, is_manifest)).is_empty());
+        assert_eq!(reads(), before + 1);
+        std::fs::write(d.join("b.yaml"), "b: 2").unwrap();
+        std::fs::remove_file(d.join("a.yaml")).unwrap();
+        let diff = t.diff(&walk(&d, is_manifest));
+        assert_eq!(diff.changed.len(), 1);
+        assert_eq!(diff.removed, [d.join("a.yaml")]);
+    }
+}
