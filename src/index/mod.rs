@@ -12,9 +12,11 @@ mod names;
 mod placements;
 mod published;
 mod query;
+mod unowned;
 
 pub use published::Published;
 pub use query::{AttributedPod, Filter, Sizes, TotalsKey};
+pub use unowned::UnownedGpuPod;
 
 use crate::definition::Catalog;
 use crate::expr::Limits;
