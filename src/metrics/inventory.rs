@@ -4,8 +4,8 @@
 
 use crate::definition::LoadReport;
 use crate::index::{AttributedPod, Index};
-use crate::resolve::diagnostics::code::UNATTRIBUTED_POD;
 use crate::proto::v1 as pb;
+use crate::resolve::diagnostics::code::UNATTRIBUTED_POD;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
