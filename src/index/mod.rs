@@ -13,10 +13,12 @@ mod names;
 mod placements;
 mod published;
 mod query;
+mod unowned;
 
 pub use feed::{Feed, Update};
 pub use published::Published;
 pub use query::{AttributedPod, Filter, Sizes, TotalsKey};
+pub use unowned::UnownedGpuPod;
 
 use crate::definition::Catalog;
 use crate::expr::Limits;

@@ -1,9 +1,11 @@
 //! Series computed from the index at every scrape: index sizes, definition load errors,
-//! evaluation diagnostics, per-workload GPUs, pods and phase, and the pod-to-workload join.
+//! evaluation diagnostics, per-workload GPUs, pods and phase, the pod-to-workload join and
+//! the GPU-holding pods outside every workload.
 
 use crate::definition::LoadReport;
-use crate::index::Index;
+use crate::index::{AttributedPod, Index};
 use crate::proto::v1 as pb;
+use crate::resolve::diagnostics::code::UNATTRIBUTED_POD;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -52,6 +54,35 @@ fn phase_name(phase: i32) -> String {
         }
     }
     out
+}
+
+/// The pods of workload `w` that belong to it but that no component claims (the graph's
+/// `unattributed_pod` warnings), read from its full graph only when it has such warnings.
+fn unattributed(index: &Index, w: &pb::Workload) -> Vec<AttributedPod> {
+    if !w.diagnostics.iter().any(|d| d.code == UNATTRIBUTED_POD) {
+        return Vec::new();
+    }
+    let Some(r) = w.r#ref.as_ref() else {
+        return Vec::new();
+    };
+    let by_uid = pb::ObjectRef {
+        uid: r.uid.clone(),
+        ..Default::default()
+    };
+    index
+        .workload(&by_uid)
+        .map(|full| {
+            full.unattributed_pods
+                .iter()
+                .map(|p| AttributedPod {
+                    namespace: r.namespace.clone(),
+                    name: p.name.clone(),
+                    uid: p.uid.clone(),
+                    component: String::new(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl Collector for Inventory {
@@ -139,7 +170,17 @@ impl Collector for Inventory {
             }
         }
 
-        let workloads = self.index.attributed_pods();
+        // Every pod of every workload: those placed in a component, then those none claims
+        // (component ""), so that a join on the pod never loses a pod the workload counts.
+        let workloads: Vec<(Arc<pb::Workload>, Vec<AttributedPod>)> = self
+            .index
+            .attributed_pods()
+            .into_iter()
+            .map(|(w, mut pods)| {
+                pods.extend(unattributed(&self.index, &w));
+                (w, pods)
+            })
+            .collect();
         let mut diagnostics: BTreeMap<(&str, &str), i64> = BTreeMap::new();
         for (w, _) in &workloads {
             for d in &w.diagnostics {
@@ -211,7 +252,7 @@ impl Collector for Inventory {
         gauges(
             e,
             "kartograf_pod_workload_info",
-            "1 for every pod attributed to a workload: joins (namespace, pod, uid) to its root workload and component",
+            "1 for every pod of a workload: joins (namespace, pod, uid) to its root workload and component (empty when no component claims the pod)",
             workloads.iter().zip(&refs).flat_map(|((_, pods), r)| {
                 pods.iter().map(move |p| {
                     (
@@ -222,11 +263,30 @@ impl Collector for Inventory {
                             ("workload_kind", r.kind.as_str()),
                             ("workload_name", r.name.as_str()),
                             ("workload_uid", r.uid.as_str()),
+                            ("workload_api_version", r.api_version.as_str()),
                             ("component", p.component.as_str()),
                         ],
                         1i64,
                     )
                 })
+            }),
+        )?;
+        let unowned = self.index.unowned_gpu_pods();
+        gauges(
+            e,
+            "kartograf_unowned_pod_gpus",
+            "GPUs held by a pod that belongs to no workload (its controller chain names a workload that is not cached, e.g. one just deleted or of a kind kartograf cannot list, or runs into an owner cycle), with its topmost controller",
+            unowned.iter().map(|p| {
+                (
+                    [
+                        ("namespace", p.namespace.as_str()),
+                        ("pod", p.name.as_str()),
+                        ("uid", p.uid.as_str()),
+                        ("owner_kind", p.owner_kind.as_str()),
+                        ("owner_name", p.owner_name.as_str()),
+                    ],
+                    p.gpus,
+                )
             }),
         )?;
         Ok(())

@@ -642,3 +642,91 @@ fn declared_target_files() -> Vec<String> {
     assert!(out.len() >= 2, "found the targets: {out:?}");
     out
 }
+
+/// The one document of a YAML file below `deploy/`.
+fn document(relative: &str) -> Value {
+    let text = std::fs::read_to_string(deploy_dir().join(relative)).expect("readable");
+    let mut docs = parse_documents(&text).unwrap_or_else(|e| panic!("{relative}: {e}"));
+    assert_eq!(docs.len(), 1, "{relative} holds one document");
+    docs.remove(0)
+}
+
+#[test]
+fn the_prometheus_rule_holds_exactly_the_rule_file() {
+    let rules = document("prometheus/rules.yaml");
+    let resource = document("prometheus/prometheusrule.yaml");
+    assert_eq!(resource["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(resource["kind"], "PrometheusRule");
+    assert_eq!(resource["metadata"]["namespace"], "kartograf");
+    assert!(rules["groups"].as_array().is_some_and(|g| g.len() >= 3));
+    assert_eq!(resource["spec"]["groups"], rules["groups"]);
+}
+
+#[test]
+fn the_prometheus_kustomization_lists_its_resources() {
+    let dir = deploy_dir().join("prometheus");
+    let k = document("prometheus/kustomization.yaml");
+    assert_eq!(k["kind"], "Kustomization");
+    assert_eq!(k["namespace"], "kartograf");
+    let listed: BTreeSet<String> = strings(&k["resources"]).into_iter().collect();
+    // Kubernetes objects (apiVersion, kind, metadata); rules.yaml and scrape-config.yaml are
+    // Prometheus' own files.
+    let mut objects = BTreeSet::new();
+    for entry in std::fs::read_dir(&dir).expect("deploy/prometheus exists") {
+        let path = entry.expect("entry").path();
+        let name = file_name(&path);
+        if name == "kustomization.yaml" || !name.ends_with(".yaml") {
+            continue;
+        }
+        let doc = document(&format!("prometheus/{name}"));
+        if doc.get("kind").is_some() && doc.get("metadata").is_some() {
+            objects.insert(name);
+        }
+    }
+    assert_eq!(listed, objects);
+}
+
+#[test]
+fn prometheus_scrapes_the_admin_port_and_honours_the_join_labels() {
+    let service = only("Service");
+    let ports: Vec<String> = service["spec"]["ports"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .map(|p| p["name"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(ports.iter().any(|p| p == "admin"), "{ports:?}");
+
+    let monitor = document("prometheus/servicemonitor.yaml");
+    assert_eq!(monitor["kind"], "ServiceMonitor");
+    assert!(selects(
+        &monitor["spec"]["selector"]["matchLabels"],
+        &service["metadata"]["labels"]
+    ));
+    let endpoints = monitor["spec"]["endpoints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(endpoints.len(), 1);
+    assert_eq!(endpoints[0]["port"], "admin");
+    assert_eq!(endpoints[0]["path"], "/metrics");
+    assert_eq!(endpoints[0]["honorLabels"], true);
+
+    let config = document("prometheus/scrape-config.yaml");
+    let jobs = config["scrape_configs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names: Vec<&str> = jobs.iter().filter_map(|j| j["job_name"].as_str()).collect();
+    assert_eq!(names, ["kartograf", "dcgm-exporter"]);
+    for job in &jobs {
+        assert_eq!(job["honor_labels"], true, "{}", job["job_name"]);
+    }
+    let keep = format!(
+        "{};admin",
+        service["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    assert_eq!(jobs[0]["relabel_configs"][0]["regex"], keep.as_str());
+}

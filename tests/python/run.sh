@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Runs the Python gRPC client test (tests/python/test_client.py) against a kartograf binary
-# the caller has already built (this script builds nothing):
+# Runs the Python tests against a kartograf binary the caller has already built (this script
+# builds no Rust):
+#   - tests/python/test_client.py: the gRPC API from Python grpcio stubs;
+#   - tests/python/test_prometheus.py: a real Prometheus server scraping `kartograf serve` and a
+#     DCGM-like exporter, with deploy/prometheus/rules.yaml (promtool check + unit tests), the
+#     Grafana dashboard's queries and docs/cost.md's recipes.
 #
 #   cargo build && bash tests/python/run.sh
 #   KARTOGRAF_BIN=/path/to/kartograf bash tests/python/run.sh
 #
-# Needs only python3 (3.11; with the venv module) and PyPI. The virtualenv lives in
+# Needs python3 (3.11; with the venv module) and PyPI. The virtualenv lives in
 # ${TMPDIR:-/tmp}/kartograf-pyvenv and is (re)filled whenever requirements.txt changes.
-# Extra arguments go to pytest. Exits with pytest's exit code.
+# `prometheus` and `promtool` come from Debian's `prometheus` package, installed here with
+# apt-get when missing (as root, or through passwordless sudo); where that is impossible the
+# Prometheus tests skip and say why. Extra arguments go to pytest. Exits with pytest's exit code.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,6 +38,36 @@ if ! cmp -s "$here/requirements.txt" "$stamp"; then
     cp "$here/requirements.txt" "$stamp"
 fi
 
+# Debian's `prometheus` package (Prometheus and promtool), unless both are already there.
+install_prometheus() {
+    if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
+        return 0
+    fi
+    if ! command -v apt-get >/dev/null; then
+        echo "== no apt-get: the Prometheus tests will be skipped (install prometheus and promtool)"
+        return 0
+    fi
+    local sudo=()
+    if [ "$(id -u)" != 0 ]; then
+        if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+            sudo=(sudo -n)
+        else
+            echo "== not root and no passwordless sudo: the Prometheus tests will be skipped"
+            return 0
+        fi
+    fi
+    echo "== installing Debian's prometheus package (for prometheus and promtool)"
+    local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q -y --no-install-recommends)
+    if ! "${apt[@]}" install prometheus >/dev/null; then
+        "${sudo[@]}" apt-get -q update >/dev/null || true
+        "${apt[@]}" install prometheus >/dev/null ||
+            echo "== apt-get install prometheus failed: the Prometheus tests will be skipped"
+    fi
+}
+if [ -z "${PROMETHEUS_BIN:-}" ] || [ -z "${PROMTOOL_BIN:-}" ]; then
+    install_prometheus
+fi
+
 cd "$repo"
 # Leave no __pycache__ (nor .pytest_cache, see -p below) in the work tree.
 export PYTHONDONTWRITEBYTECODE=1
@@ -42,7 +78,7 @@ if [ ! -x "$KARTOGRAF_BIN" ]; then
 fi
 
 set +e
-"$venv/bin/python" -m pytest -q -p no:cacheprovider "$here/test_client.py" "$@"
+"$venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$here/test_client.py" "$here/test_prometheus.py" "$@"
 code=$?
 set -e
 exit "$code"

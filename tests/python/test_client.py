@@ -110,6 +110,7 @@ class Server:
         self.log_path = workdir / "server.log"
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.admin_address = f"127.0.0.1:{free_port()}"
         exe = binary()
         if not exe.is_file():
             pytest.fail(f"no kartograf binary at {exe}: build it (cargo build) or set KARTOGRAF_BIN")
@@ -126,7 +127,7 @@ class Server:
                 "--listen",
                 self.address,
                 "--admin-listen",
-                "127.0.0.1:0",
+                self.admin_address,
             ],
             stdin=subprocess.DEVNULL,
             stdout=self._log,

@@ -429,6 +429,113 @@ async fn workload_series_follow_the_index() {
     );
 }
 
+/// GPU pods outside a component or outside every workload stay visible: a pod no component
+/// claims joins its workload with `component=""`, a pod in no workload is exported with its GPUs
+/// and topmost controller until a workload takes it in (tests/python/strays.yaml).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_pods_outside_workloads_are_exported() {
+    let index = Arc::new(Index::new(Catalog::embedded().expect("catalog"), &[]));
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut docs = Vec::new();
+    let files = kartograf::source::files::walk(
+        &root.join("examples/cluster"),
+        kartograf::source::files::is_manifest,
+    );
+    let paths = files.files.into_iter().map(|(p, _)| p);
+    for file in paths.chain([root.join("tests/python/strays.yaml")]) {
+        let text = std::fs::read_to_string(file).expect("read");
+        docs.extend(kartograf::manifest::parse_documents(&text).expect("parse"));
+    }
+    index.reset("test", &docs);
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let shared = Shared::new(index.clone(), Arc::new(LoadReport::default()), rx);
+    let joined = |text: &str, pod: &str| {
+        let found: Vec<_> = samples(text, "kartograf_pod_workload_info")
+            .into_iter()
+            .filter(|(l, _)| l["pod"] == pod)
+            .map(|(l, _)| l)
+            .collect();
+        assert!(found.len() <= 1, "{pod} joined once: {found:?}");
+        found.into_iter().next()
+    };
+
+    let text = shared.metrics.encode();
+    // Every join line names its workload's API version.
+    assert!(
+        samples(&text, "kartograf_pod_workload_info")
+            .iter()
+            .all(|(l, _)| !l["workload_api_version"].is_empty())
+    );
+    // Claimed by no component: still joined to JobSet ml/llama-train, whose held GPUs count it.
+    let debug = joined(&text, "llama-train-debug-7kq2d").expect("the unclaimed pod is joined");
+    assert_eq!(debug["workload_kind"], "JobSet");
+    assert_eq!(debug["workload_name"], "llama-train");
+    assert_eq!(debug["workload_api_version"], "jobset.x-k8s.io/v1alpha2");
+    assert_eq!(debug["component"], "");
+    let held = [
+        ("namespace", "ml"),
+        ("kind", "JobSet"),
+        ("name", "llama-train"),
+        ("state", "held"),
+    ];
+    assert_eq!(value(&text, "kartograf_workload_gpus", &held), 16.0);
+    assert_eq!(
+        value(
+            &text,
+            "kartograf_evaluation_diagnostics",
+            &[("code", "unattributed_pod")]
+        ),
+        1.0
+    );
+    // A controller kind without a definition: the pod is its own Pod workload.
+    let argo = joined(&text, "embed-corpus-embed-2719048201").expect("the Argo pod is joined");
+    assert_eq!(argo["workload_kind"], "Pod");
+    assert_eq!(argo["workload_api_version"], "v1");
+    // Its Job is gone: in no workload, exported with its GPUs and controller, and only it.
+    assert!(joined(&text, "llama-eval-workers-0-0-h7t2q").is_none());
+    let unowned = samples(&text, "kartograf_unowned_pod_gpus");
+    assert_eq!(unowned.len(), 1, "{unowned:?}");
+    let (labels, gpus) = &unowned[0];
+    assert_eq!(*gpus, 4.0);
+    assert_eq!(labels["namespace"], "ml");
+    assert_eq!(labels["pod"], "llama-eval-workers-0-0-h7t2q");
+    assert_eq!(labels["uid"], "3f1c2a9e-0041-4000-8000-000000000003");
+    assert_eq!(labels["owner_kind"], "Job");
+    assert_eq!(labels["owner_name"], "llama-eval-workers-0");
+
+    // The Job shows up (as a root of its own: its JobSet is still gone) and takes the pod in.
+    let job = serde_json::json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "llama-eval-workers-0",
+            "namespace": "ml",
+            "uid": "3f1c2a9e-0041-4000-8000-000000000002",
+        },
+        "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {"containers": []}}},
+    });
+    index.apply(&job, "test").expect("apply the Job");
+    let text = shared.metrics.encode();
+    assert!(samples(&text, "kartograf_unowned_pod_gpus").is_empty());
+    let eval = joined(&text, "llama-eval-workers-0-0-h7t2q").expect("joined to its Job");
+    assert_eq!(eval["workload_kind"], "Job");
+    assert_eq!(eval["workload_name"], "llama-eval-workers-0");
+
+    // A pod in no workload that holds no GPU (terminated) is not exported.
+    index.delete("3f1c2a9e-0041-4000-8000-000000000002");
+    let text = shared.metrics.encode();
+    assert_eq!(samples(&text, "kartograf_unowned_pod_gpus").len(), 1);
+    let mut finished = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "llama-eval-workers-0-0-h7t2q")
+        .cloned()
+        .expect("the orphan pod");
+    finished["status"]["phase"] = "Succeeded".into();
+    index.apply(&finished, "test").expect("apply the pod");
+    let text = shared.metrics.encode();
+    assert!(samples(&text, "kartograf_unowned_pod_gpus").is_empty());
+}
+
 /// An OTLP/gRPC trace collector that hands every export to the test.
 struct Collector(tokio::sync::mpsc::UnboundedSender<ExportTraceServiceRequest>);
 
