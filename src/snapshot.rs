@@ -1,31 +1,31 @@
 //! A static cluster snapshot (objects and pods read from manifest files) and resolution
-//! against it: the offline form of `Resolve`.
+//! against it: the offline form of `Resolve`. The objects are held by the same [`Index`] the
+//! server uses (ownership, root finding and pod membership are written once), built when a
+//! catalog first asks for it; resolution is on demand.
 
-use crate::definition::{Catalog, GroupVersionKind};
+use crate::definition::Catalog;
 use crate::expr::Limits;
+use crate::index::{Index, OnDemand};
 use crate::manifest;
-use crate::object::{Object, ObjectMeta, Pod};
-use crate::resolve::ownership::{self, OwnerGraph, Root};
-use crate::resolve::{self, Resolution};
+use crate::object::{Cached, ObjectMeta, Pod};
+use crate::resolve::Resolution;
+use crate::source::files;
 use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Objects and pods of a cluster at one moment.
 #[derive(Default)]
 pub struct Snapshot {
-    objects: Vec<Object>,
-    pods: Vec<Pod>,
-    metas: HashMap<String, ObjectMeta>,
-    /// Documents that were skipped, with the reason.
+    /// Every object, by identity; the first document of an identity wins.
+    objects: Vec<Cached>,
+    seen: HashMap<String, String>,
+    /// Documents that were skipped or defined twice, owner cycles: with the reason.
     pub warnings: Vec<String>,
-}
-
-impl OwnerGraph for Snapshot {
-    fn meta(&self, uid: &str) -> Option<&ObjectMeta> {
-        self.metas.get(uid)
-    }
+    /// The index over `objects` for the catalog last asked about.
+    index: Mutex<Option<(usize, Arc<Index>)>>,
 }
 
 /// Why a workload could not be resolved from a snapshot.
@@ -43,85 +43,102 @@ pub enum SnapshotError {
 }
 
 impl Snapshot {
-    /// Reads every manifest file in `paths` (files or directories).
+    /// Reads every manifest file in `paths` (files or directories; each file once, through
+    /// link loops). An unreadable or unparseable file is an error; a document that is not a
+    /// usable object is a warning.
     pub fn load(paths: &[PathBuf], limits: Limits) -> Result<Snapshot, String> {
         let mut snapshot = Snapshot::default();
         for path in paths {
-            let files =
-                manifest::files_below(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            if files.is_empty() {
+            let walk = files::walk(path, files::is_manifest);
+            if !walk.exists {
+                return Err(format!("{}: no such file or directory", path.display()));
+            }
+            if walk.files.is_empty() {
                 return Err(format!("{}: no .yaml, .yml or .json files", path.display()));
             }
-            for file in files {
+            snapshot.warnings.extend(walk.problems);
+            for (file, _) in walk.files {
                 let text = std::fs::read_to_string(&file)
                     .map_err(|e| format!("{}: {e}", file.display()))?;
                 let docs = manifest::parse_documents(&text)
                     .map_err(|e| format!("{}: {e}", file.display()))?;
+                drop(text);
                 for doc in docs {
                     snapshot.add(&doc, limits, &file.display().to_string());
                 }
             }
         }
-        snapshot.note_cycles();
         Ok(snapshot)
     }
 
-    /// Adds one object or pod; unusable documents become warnings.
+    /// Adds one object or pod; unusable documents become warnings. An identity seen before
+    /// keeps its first document (a warning names both sources).
     pub fn add(&mut self, doc: &Json, limits: Limits, source: &str) {
-        let is_pod = doc.get("kind").and_then(Json::as_str) == Some("Pod")
-            && doc.get("apiVersion").and_then(Json::as_str) == Some("v1");
-        let result = if is_pod {
-            Pod::from_json(doc, limits).map(|p| {
-                self.metas.insert(p.meta.identity(), p.meta.clone());
-                self.pods.push(p);
-            })
-        } else {
-            Object::from_json(doc, limits).map(|o| {
-                self.metas.insert(o.meta.identity(), o.meta.clone());
-                self.objects.push(o);
-            })
-        };
-        if let Err(e) = result {
-            self.warnings
-                .push(format!("{source}: skipped a document: {e}"));
+        match Cached::from_json(doc, limits) {
+            Ok(cached) => {
+                let meta = cached.meta();
+                let identity = meta.identity();
+                if let Some(first) = self.seen.get(&identity) {
+                    self.warnings.push(format!(
+                        "{source}: {}/{} (uid {identity}) is also in {first}; the copy in {first} is used (remove one, or give them different uids)",
+                        meta.kind,
+                        meta.key(),
+                    ));
+                    return;
+                }
+                self.seen.insert(identity, source.to_owned());
+                self.objects.push(cached);
+                *self.index.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            }
+            Err(e) => self
+                .warnings
+                .push(format!("{source}: skipped a document: {e}")),
         }
     }
 
-    /// Adds a warning for every object whose controller chain runs into an owner cycle.
-    pub fn note_cycles(&mut self) {
-        let mut found = Vec::new();
-        for meta in self
-            .objects
-            .iter()
-            .map(|o| &o.meta)
-            .chain(self.pods.iter().map(|p| &p.meta))
+    /// The index over the snapshot for `catalog` (built on first use per catalog; objects
+    /// are stored, nothing is resolved until asked).
+    pub fn index(&self, catalog: &Catalog) -> Arc<Index> {
+        let key = std::ptr::from_ref(catalog) as usize;
+        let mut slot = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, index)) = slot.as_ref()
+            && *k == key
         {
-            if let Some(names) = ownership::cycle_above(meta, self) {
-                found.push(format!(
-                    "owner cycle above {}/{}: {}; it belongs to no workload",
-                    meta.kind,
-                    meta.key(),
-                    names.join(" -> ")
-                ));
-            }
+            return index.clone();
         }
-        self.warnings.extend(found);
+        let index = Arc::new(Index::new(catalog.clone(), &[]));
+        {
+            let mut batch = index.batch();
+            for c in &self.objects {
+                batch.upsert(c.clone(), "files");
+            }
+            batch.skip_resolution();
+        }
+        *slot = Some((key, index.clone()));
+        index
+    }
+
+    /// Warnings for every object whose controller chain runs into an owner cycle (under
+    /// `catalog`'s view of the objects).
+    pub fn owner_cycles(&self, catalog: &Catalog) -> Vec<String> {
+        self.index(catalog).owner_cycles()
     }
 
     /// All pods.
-    pub fn pods(&self) -> &[Pod] {
-        &self.pods
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.objects
+            .iter()
+            .filter_map(|c| match c {
+                Cached::Pod(p) => Some(p.clone()),
+                Cached::Object(_) => None,
+            })
+            .collect()
     }
 
     /// Every root workload: objects (and bare pods) whose kind has a definition and whose
     /// controller chain holds no kind that has one.
-    pub fn roots(&self, catalog: &Catalog) -> Vec<&ObjectMeta> {
-        self.objects
-            .iter()
-            .map(|o| &o.meta)
-            .chain(self.pods.iter().map(|p| &p.meta))
-            .filter(|m| ownership::root_of(m, self, catalog) == Root::Itself)
-            .collect()
+    pub fn roots(&self, catalog: &Catalog) -> Vec<ObjectMeta> {
+        self.index(catalog).roots()
     }
 
     /// Finds the workload named `kind/name` (kind case-insensitive, singular or plural;
@@ -133,9 +150,16 @@ impl Snapshot {
         target: Option<&str>,
         namespace: Option<&str>,
     ) -> Result<ObjectMeta, SnapshotError> {
-        let in_ns = |m: &&ObjectMeta| namespace.is_none_or(|ns| m.namespace == ns);
-        let roots: Vec<&ObjectMeta> = self.roots(catalog).into_iter().filter(in_ns).collect();
-        let describe = |ms: &[&ObjectMeta]| {
+        let in_ns = |m: &ObjectMeta| namespace.is_none_or(|ns| m.namespace == ns);
+        let mut roots: Vec<ObjectMeta> = self
+            .roots(catalog)
+            .into_iter()
+            .filter(|m| in_ns(m))
+            .collect();
+        roots.sort_by(|a, b| {
+            (&a.namespace, &a.kind, &a.name).cmp(&(&b.namespace, &b.kind, &b.name))
+        });
+        let describe = |ms: &[ObjectMeta]| {
             ms.iter()
                 .map(|m| format!("{}/{}", m.kind, m.key()))
                 .collect::<Vec<_>>()
@@ -143,7 +167,7 @@ impl Snapshot {
         };
         let Some(t) = target else {
             return match roots.as_slice() {
-                [one] => Ok((*one).clone()),
+                [one] => Ok(one.clone()),
                 [] => Err(SnapshotError::NotFound(
                     "the files hold no root workload of a kind with a definition".into(),
                 )),
@@ -161,84 +185,56 @@ impl Snapshot {
             .next()
             .unwrap_or_default()
             .to_ascii_lowercase();
-        let named = |m: &&ObjectMeta| {
+        let named = |m: &ObjectMeta| {
             let k = m.kind.to_ascii_lowercase();
             (k == kind || format!("{k}s") == kind) && m.name == name
         };
-        let mut matches: Vec<&ObjectMeta> = roots.iter().copied().filter(named).collect();
+        let mut matches: Vec<ObjectMeta> = roots.iter().filter(|m| named(m)).cloned().collect();
         if matches.is_empty() {
-            matches = self
-                .objects
-                .iter()
-                .map(|o| &o.meta)
-                .chain(self.pods.iter().map(|p| &p.meta))
-                .filter(in_ns)
-                .filter(named)
-                .filter(|m| catalog.lookup(&m.api_version, &m.kind).is_some())
-                .collect();
+            matches = self.index(catalog).objects_where(|m| {
+                in_ns(m) && named(m) && catalog.lookup(&m.api_version, &m.kind).is_some()
+            });
+            matches.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         }
         match matches.as_slice() {
-            [one] => Ok((*one).clone()),
+            [one] => Ok(one.clone()),
             [] => Err(SnapshotError::NotFound(format!(
                 "no workload {t}; the files hold: {}",
                 describe(&roots)
             ))),
-            many => Err(SnapshotError::Ambiguous(format!(
-                "several workloads match; narrow with -n: {}",
-                describe(many)
-            ))),
+            many => {
+                let namespaces: std::collections::BTreeSet<&str> =
+                    many.iter().map(|m| m.namespace.as_str()).collect();
+                let hint = if namespaces.len() > 1 {
+                    "narrow with -n NAMESPACE"
+                } else {
+                    "they differ only by kind or API group; name the kind as KIND.GROUP is not supported, so keep only one of them in the files"
+                };
+                Err(SnapshotError::Ambiguous(format!(
+                    "several workloads match ({hint}): {}",
+                    describe(many)
+                )))
+            }
         }
     }
 
-    /// Resolves the root workload `root` with the pods whose controller chain reaches it.
+    /// Resolves the workload `root` with the pods whose controller chain reaches it.
     pub fn resolve(
         &self,
         catalog: &Catalog,
         root: &ObjectMeta,
         deadline: Option<Instant>,
     ) -> Result<Resolution, SnapshotError> {
-        let lookup = catalog
-            .lookup(&root.api_version, &root.kind)
-            .ok_or_else(|| {
-                SnapshotError::NoDefinition(
-                    GroupVersionKind::from_api_version(&root.api_version, &root.kind).to_string(),
-                )
-            })?;
-        let identity = root.identity();
-        let object = self
-            .objects
-            .iter()
-            .find(|o| o.meta.identity() == identity)
-            .cloned()
-            .or_else(|| {
-                self.pods
-                    .iter()
-                    .find(|p| p.meta.identity() == identity)
-                    .map(|p| p.to_object())
-            })
-            .ok_or_else(|| {
-                SnapshotError::NotFound(format!(
+        let index = self.index(catalog);
+        index
+            .resolve_now(&root.identity(), deadline)
+            .map_err(|e| match e {
+                OnDemand::NoDefinition(gvk) => SnapshotError::NoDefinition(gvk),
+                OnDemand::NotCached => SnapshotError::NotFound(format!(
                     "{}/{} is not in the snapshot",
                     root.kind,
                     root.key()
-                ))
-            })?;
-        let pods: Vec<&Pod> = self
-            .pods
-            .iter()
-            .filter(|p| {
-                p.meta.identity() == identity || ownership::belongs_to(&p.meta, &root.uid, self)
+                )),
             })
-            .collect();
-        let input = resolve::Input {
-            definition: &lookup.definition,
-            generation: lookup.definition.generation(),
-            root: &object,
-            pods: &pods,
-            fallback_from: lookup.fallback_from.as_deref(),
-            deadline,
-            prepared: None,
-        };
-        Ok(resolve::resolve(&input))
     }
 }

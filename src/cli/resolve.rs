@@ -61,7 +61,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     args.budget.apply();
     let catalog = super::load_catalog(&args.definitions)?;
     let snapshot = Snapshot::load(&args.files, Limits::default()).map_err(anyhow::Error::msg)?;
-    for warning in &snapshot.warnings {
+    for warning in snapshot
+        .warnings
+        .iter()
+        .chain(&snapshot.owner_cycles(&catalog))
+    {
         eprintln!("warning: {warning}");
     }
     if args.all {
@@ -115,7 +119,7 @@ fn list_all(
     roots.sort_by(|a, b| (&a.namespace, &a.kind, &a.name).cmp(&(&b.namespace, &b.kind, &b.name)));
     let mut workloads = Vec::new();
     for root in roots {
-        match snapshot.resolve(catalog, root, Some(Instant::now() + args.timeout)) {
+        match snapshot.resolve(catalog, &root, Some(Instant::now() + args.timeout)) {
             Ok(r) => workloads.push(r.workload),
             Err(e) => eprintln!("warning: {}/{}: {e}", root.kind, root.key()),
         }

@@ -29,8 +29,8 @@ pub struct Lookup {
     pub fallback_from: Option<String>,
 }
 
-/// An immutable set of active definitions.
-#[derive(Debug, Default)]
+/// An immutable set of active definitions. Cloning shares the definitions.
+#[derive(Debug, Default, Clone)]
 pub struct Catalog {
     generation: u64,
     by_gvk: BTreeMap<GroupVersionKind, Arc<Definition>>,

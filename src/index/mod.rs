@@ -10,12 +10,14 @@
 
 mod feed;
 mod names;
+mod offline;
 mod placements;
 mod published;
 mod query;
 mod unowned;
 
 pub use feed::{Feed, Update};
+pub use offline::OnDemand;
 pub use published::Published;
 pub use query::{AttributedPod, Filter, Sizes, TotalsKey};
 pub use unowned::UnownedGpuPod;
@@ -604,12 +606,18 @@ impl Index {
 
     /// The inputs of root `uid` (or that it is no root), read under the objects lock.
     fn gather(&self, uid: &Uid, catalog: &Catalog) -> Gathered {
+        self.gather_as(uid, catalog, true)
+    }
+
+    /// [`Index::gather`]; with `only_roots` false, any cached object is gathered as if it
+    /// were a root (offline resolution of an object another workload owns).
+    fn gather_as(&self, uid: &Uid, catalog: &Catalog, only_roots: bool) -> Gathered {
         let objects = self.objects();
         let Some(entry) = objects.entries.get(uid) else {
             return Gathered::NotRoot;
         };
         let graph = Graph(&objects.entries);
-        if ownership::root_of(entry.cached.meta(), &graph, catalog) != Root::Itself {
+        if only_roots && ownership::root_of(entry.cached.meta(), &graph, catalog) != Root::Itself {
             return Gathered::NotRoot;
         }
         let root: Arc<Object> = match &entry.cached {
@@ -927,6 +935,12 @@ impl Batch<'_> {
             self.index.remove(&mut self.writer, &uid);
         }
         skipped
+    }
+
+    /// Drops the resolutions this batch would run when it ends (objects are stored, nothing
+    /// is resolved or published: for offline use, which resolves on demand).
+    pub fn skip_resolution(&mut self) {
+        self.writer.dirty.clear();
     }
 
     /// Re-resolves every workload under the catalog in effect.

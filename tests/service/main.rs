@@ -561,7 +561,7 @@ async fn the_server_agrees_with_offline_resolution_on_every_demo_workload() {
         .workloads;
     assert_eq!(listed.len(), roots.len());
     for root in roots {
-        let offline = snapshot.resolve(&catalog, root, None).unwrap().workload;
+        let offline = snapshot.resolve(&catalog, &root, None).unwrap().workload;
         let served = listed
             .iter()
             .find(|w| w.r#ref.as_ref().unwrap().uid == root.uid)
