@@ -12,6 +12,7 @@ mod names;
 mod placements;
 mod published;
 mod query;
+pub mod selector;
 
 pub use published::Published;
 pub use query::{AttributedPod, Filter, Sizes, TotalsKey};

@@ -13,19 +13,28 @@ pub struct Filter {
     pub namespace: String,
     /// Only these kinds (case-insensitive `Kind`, or `group/Kind`); empty: all.
     pub kinds: Vec<String>,
-    /// Kubernetes equality-based label selector on the root object (`a=b,c!=d,e`).
+    /// Kubernetes label selector on the root object ([`super::selector`]).
     pub label_selector: String,
 }
 
+/// A parsed label selector, or one that matches nothing (the filter's selector did not parse).
+struct Selector(Option<super::selector::Selector>);
+
+impl Selector {
+    fn matches(&self, labels: &[(String, String)]) -> bool {
+        self.0.as_ref().is_some_and(|s| s.matches(labels))
+    }
+}
+
 impl Filter {
-    /// Checks the selector syntax.
+    /// Checks the selector syntax (see [`super::selector::parse`]).
     pub fn validate(&self) -> Result<(), String> {
-        parse_selector(&self.label_selector).map(|_| ())
+        super::selector::parse(&self.label_selector).map(|_| ())
     }
 
     /// The parsed label selector; one that does not parse matches nothing.
     fn selector(&self) -> Selector {
-        Selector(parse_selector(&self.label_selector).ok())
+        Selector(super::selector::parse(&self.label_selector).ok())
     }
 
     /// Namespace and kind only.
@@ -50,62 +59,6 @@ impl Filter {
         }
         true
     }
-}
-
-/// A parsed label selector (`None`: invalid, matches nothing).
-struct Selector(Option<Vec<Requirement>>);
-
-impl Selector {
-    fn matches(&self, labels: &[(String, String)]) -> bool {
-        self.0
-            .as_ref()
-            .is_some_and(|reqs| reqs.iter().all(|req| req.matches(labels)))
-    }
-}
-
-enum Requirement {
-    Eq(String, String),
-    Ne(String, String),
-    Exists(String),
-    NotExists(String),
-}
-
-impl Requirement {
-    fn matches(&self, labels: &[(String, String)]) -> bool {
-        let get = |k: &str| {
-            labels
-                .iter()
-                .find(|(lk, _)| lk == k)
-                .map(|(_, v)| v.as_str())
-        };
-        match self {
-            Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
-            Requirement::Ne(k, v) => get(k) != Some(v.as_str()),
-            Requirement::Exists(k) => get(k).is_some(),
-            Requirement::NotExists(k) => get(k).is_none(),
-        }
-    }
-}
-
-fn parse_selector(s: &str) -> Result<Vec<Requirement>, String> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let req = if let Some((k, v)) = part.split_once("!=") {
-            Requirement::Ne(k.trim().to_owned(), v.trim().to_owned())
-        } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
-            Requirement::Eq(k.trim().to_owned(), v.trim().to_owned())
-        } else if let Some(k) = part.strip_prefix('!') {
-            Requirement::NotExists(k.trim().to_owned())
-        } else if part.contains(' ') || part.contains('(') {
-            return Err(format!(
-                "unsupported selector `{part}`: use key=value, key!=value, key or !key"
-            ));
-        } else {
-            Requirement::Exists(part.to_owned())
-        };
-        out.push(req);
-    }
-    Ok(out)
 }
 
 /// How much the index holds (for metrics).
