@@ -10,6 +10,7 @@ use crate::resolve::{self, Resolution};
 use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Objects and pods of a cluster at one moment.
@@ -17,6 +18,10 @@ use std::time::Instant;
 pub struct Snapshot {
     objects: Vec<Object>,
     pods: Vec<Pod>,
+    /// The file (or source) each of `objects` came from.
+    object_sources: Vec<Arc<str>>,
+    /// The file (or source) each of `pods` came from.
+    pod_sources: Vec<Arc<str>>,
     metas: HashMap<String, ObjectMeta>,
     /// Documents that were skipped, with the reason.
     pub warnings: Vec<String>,
@@ -63,22 +68,114 @@ impl Snapshot {
             }
         }
         snapshot.note_cycles();
+        snapshot.note_duplicates();
         Ok(snapshot)
+    }
+
+    /// Adds a warning for every object (or pod) present more than once, naming the files.
+    pub fn note_duplicates(&mut self) {
+        let mut seen: HashMap<String, Vec<&str>> = HashMap::new();
+        let mut order: Vec<(&ObjectMeta, String)> = Vec::new();
+        for (meta, source) in self.all_with_sources() {
+            let id = meta.identity();
+            let files = seen.entry(id.clone()).or_default();
+            if files.len() == 1 {
+                order.push((meta, id));
+            }
+            files.push(source);
+        }
+        let found: Vec<String> = order
+            .into_iter()
+            .map(|(meta, id)| {
+                format!(
+                    "{}/{} appears {} times ({}); one copy is used",
+                    meta.kind,
+                    meta.key(),
+                    seen[&id].len(),
+                    seen[&id].join(", ")
+                )
+            })
+            .collect();
+        self.warnings.extend(found);
+    }
+
+    /// Every object and pod with the file it came from.
+    fn all_with_sources(&self) -> impl Iterator<Item = (&ObjectMeta, &str)> {
+        let objects = self.objects.iter().map(|o| &o.meta);
+        let pods = self.pods.iter().map(|p| &p.meta);
+        objects
+            .zip(self.object_sources.iter())
+            .chain(pods.zip(self.pod_sources.iter()))
+            .map(|(m, s)| (m, &**s))
+    }
+
+    /// The file an object or pod of this snapshot (by address) came from.
+    fn source_of(&self, meta: &ObjectMeta) -> &str {
+        self.all_with_sources()
+            .find(|(m, _)| std::ptr::eq(*m, meta))
+            .map_or("", |(_, s)| s)
+    }
+
+    /// Why `matches` (two or more) are ambiguous and what would tell them apart.
+    fn ambiguity(&self, matches: &[&ObjectMeta]) -> String {
+        let describe = |m: &ObjectMeta| {
+            let file = self.source_of(m);
+            let uid = if m.uid.is_empty() {
+                String::new()
+            } else {
+                format!(" uid {}", m.uid)
+            };
+            format!("{} {}/{}{uid} in {file}", m.api_version, m.kind, m.key())
+        };
+        let listed: Vec<String> = matches.iter().map(|m| describe(m)).collect();
+        let first = matches[0];
+        let all = |same: &dyn Fn(&ObjectMeta) -> bool| matches.iter().all(|m| same(m));
+        if all(&|m| m.identity() == first.identity()) {
+            return format!(
+                "the same object is in several places: {}; pass only one of them with -f (or remove the copy)",
+                listed.join("; ")
+            );
+        }
+        if !all(&|m| m.namespace == first.namespace) {
+            return format!(
+                "several workloads match; narrow with -n NAMESPACE: {}",
+                listed.join("; ")
+            );
+        }
+        if !all(&|m| m.gvk().group == first.gvk().group) {
+            return format!(
+                "several workloads match; name one with its API group as KIND.GROUP/NAME (e.g. {}.{}/{}): {}",
+                first.kind.to_ascii_lowercase(),
+                first.gvk().group,
+                first.name,
+                listed.join("; ")
+            );
+        }
+        format!(
+            "different objects with the same kind, namespace and name: {}; pass only the file that holds the one you mean with -f",
+            listed.join("; ")
+        )
     }
 
     /// Adds one object or pod; unusable documents become warnings.
     pub fn add(&mut self, doc: &Json, limits: Limits, source: &str) {
         let is_pod = doc.get("kind").and_then(Json::as_str) == Some("Pod")
             && doc.get("apiVersion").and_then(Json::as_str) == Some("v1");
+        let from: Arc<str> = match self.object_sources.last().or(self.pod_sources.last()) {
+            Some(last) if **last == *source => last.clone(),
+            _ => Arc::from(source),
+        };
         let result = if is_pod {
             Pod::from_json(doc, limits).map(|p| {
                 self.metas.insert(p.meta.identity(), p.meta.clone());
                 self.pods.push(p);
+                self.pod_sources.push(from);
             })
         } else {
             Object::from_json(doc, limits).map(|o| {
                 self.metas.insert(o.meta.identity(), o.meta.clone());
                 self.objects.push(o);
+                self.object_sources.push(from);
             })
         };
         if let Err(e) = result {
@@ -147,6 +244,9 @@ impl Snapshot {
                 [] => Err(SnapshotError::NotFound(
                     "the files hold no root workload of a kind with a definition".into(),
                 )),
+                many if many.iter().all(|m| m.identity() == many[0].identity()) => {
+                    Err(SnapshotError::Ambiguous(self.ambiguity(many)))
+                }
                 many => Err(SnapshotError::Ambiguous(format!(
                     "several root workloads; name one as KIND/NAME: {}",
                     describe(many)
@@ -156,14 +256,14 @@ impl Snapshot {
         let (kind, name) = t.split_once('/').ok_or_else(|| {
             SnapshotError::NotFound(format!("`{t}` is not of the form KIND/NAME"))
         })?;
-        let kind = kind
-            .split('.')
-            .next()
-            .unwrap_or_default()
-            .to_ascii_lowercase();
+        // `kind` or `kind.group` (as kubectl takes them).
+        let (kind, group) = kind.split_once('.').unwrap_or((kind, ""));
+        let kind = kind.to_ascii_lowercase();
         let named = |m: &&ObjectMeta| {
             let k = m.kind.to_ascii_lowercase();
-            (k == kind || format!("{k}s") == kind) && m.name == name
+            (k == kind || format!("{k}s") == kind)
+                && m.name == name
+                && (group.is_empty() || m.gvk().group == group)
         };
         let mut matches: Vec<&ObjectMeta> = roots.iter().copied().filter(named).collect();
         if matches.is_empty() {
@@ -183,10 +283,7 @@ impl Snapshot {
                 "no workload {t}; the files hold: {}",
                 describe(&roots)
             ))),
-            many => Err(SnapshotError::Ambiguous(format!(
-                "several workloads match; narrow with -n: {}",
-                describe(many)
-            ))),
+            many => Err(SnapshotError::Ambiguous(self.ambiguity(many))),
         }
     }
 

@@ -96,9 +96,10 @@ pub enum TotalsKey {
     Workload,
 }
 
-fn sort_key(w: &pb::Workload) -> (String, String, String) {
+/// The list order: (namespace, kind, name), ties broken by uid so that the order is total.
+fn sort_key(w: &pb::Workload) -> (String, String, String, String) {
     let r = w.r#ref.clone().unwrap_or_default();
-    (r.namespace, r.kind, r.name)
+    (r.namespace, r.kind, r.name, r.uid)
 }
 
 fn add_resources(into: &mut pb::Resources, r: &pb::Resources) {
@@ -278,7 +279,7 @@ impl Index {
             .into_iter()
             .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
             .collect();
-        let more = matching.len() > offset + limit;
+        let more = matching.len().saturating_sub(offset) > limit;
         let page = matching
             .into_iter()
             .skip(offset)
@@ -286,6 +287,51 @@ impl Index {
             .map(|w| Arc::new(w.graph.graph()))
             .collect();
         (page, more, st.revision)
+    }
+
+    /// Like [`Index::list`], from the first matching workload that sorts after `after`'s
+    /// (namespace, kind, name, uid) instead of from an offset: a position that keeps its
+    /// meaning while workloads come and go (nothing is skipped or repeated because of them).
+    pub fn list_after(
+        &self,
+        filter: &Filter,
+        after: Option<&pb::ObjectRef>,
+        limit: usize,
+    ) -> (Vec<Arc<pb::Workload>>, bool, u64) {
+        let st = self.lock();
+        let selector = filter.selector();
+        let matching: Vec<&WorkloadEntry> = Self::entries_sorted(&st)
+            .into_iter()
+            .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
+            .collect();
+        let start = after.map_or(0, |r| {
+            let key = (&r.namespace, &r.kind, &r.name, &r.uid);
+            matching.partition_point(|w| {
+                let k = sort_key(&w.graph);
+                (&k.0, &k.1, &k.2, &k.3) <= key
+            })
+        });
+        let rest = &matching[start..];
+        let page = rest
+            .iter()
+            .take(limit)
+            .map(|w| Arc::new(w.graph.graph()))
+            .collect();
+        (page, rest.len() > limit, st.revision)
+    }
+
+    /// The reference (apiVersion, kind, namespace, name, uid) of the cached object or pod
+    /// with this uid.
+    pub fn object_ref(&self, uid: &str) -> Option<pb::ObjectRef> {
+        let st = self.lock();
+        let meta = st.entries.get(uid)?.cached.meta();
+        Some(pb::ObjectRef {
+            api_version: meta.api_version.clone(),
+            kind: meta.kind.clone(),
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone(),
+            uid: meta.uid.clone(),
+        })
     }
 
     /// Sums of desired and held resources, pods and workload counts, by `key`.

@@ -5,8 +5,10 @@ mod admission;
 pub mod auth;
 mod definitions;
 mod observe;
+mod paging;
 mod resolver;
 mod routes;
+mod validate;
 mod watch;
 mod wire;
 
