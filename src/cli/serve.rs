@@ -204,7 +204,8 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("binding the admin port {}", args.admin_listen))?;
     let admin_local = admin_listener.local_addr()?;
     let tls = args.tls_cert.is_some();
-    tracing::info!(grpc = %local, admin = %admin_local, source = %origin, tls, "kartograf serving");
+    let metrics_auth = args.metrics_auth;
+    tracing::info!(grpc = %local, admin = %admin_local, source = %origin, tls, metrics_auth, "kartograf serving");
     let metrics_tokens = if args.metrics_auth {
         tokens.clone()
     } else {

@@ -136,11 +136,6 @@ impl pb::definitions_server::Definitions for DefinitionsService {
 fn validate_request(
     req: pb::ValidateDefinitionRequest,
 ) -> Result<pb::ValidateDefinitionResponse, Status> {
-    if req.definition.trim().is_empty() {
-        return Err(Status::invalid_argument(
-            "definition is empty; send a Karta definition as YAML or JSON",
-        ));
-    }
     // The sample is checked whether or not the definition is valid: a malformed sample is
     // the request's fault either way.
     let sample = match &req.sample {

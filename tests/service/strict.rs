@@ -915,17 +915,12 @@ async fn every_request_field_is_answered_strictly() {
             "",
         ),
         // ValidateDefinitionRequest.
+        case("validate: empty (valid=false)", validate("", None), Ok, ""),
         case(
-            "validate: empty",
-            validate("", None),
-            InvalidArgument,
-            "definition",
-        ),
-        case(
-            "validate: blank",
+            "validate: blank (valid=false)",
             validate(" \n ", None),
-            InvalidArgument,
-            "definition",
+            Ok,
+            "",
         ),
         case(
             "validate: a catalog definition",
@@ -997,6 +992,26 @@ async fn every_request_field_is_answered_strictly() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Text that holds no valid definition is an answer, not an RPC error.
+    let mut defs = DefinitionsClient::new(channel.clone()).max_encoding_message_size(64 * MIB);
+    for text in [
+        String::new(),
+        " \n ".to_owned(),
+        "kind: [".to_owned(),
+        format!("kind: [{huge}"),
+    ] {
+        let reply = defs
+            .validate_definition(pb::ValidateDefinitionRequest {
+                definition: text.clone(),
+                sample: None,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!reply.valid, "{text:.20}");
+        assert!(!reply.errors.is_empty() && reply.errors.len() <= 101);
+    }
 }
 
 /// The case: before, `offset + limit` wrapped and a client paging to the end looped
