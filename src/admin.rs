@@ -121,17 +121,39 @@ pub async fn serve_guarded(
         tokio::spawn(async move {
             let service =
                 hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-                    let authorization = request
-                        .headers()
-                        .get(hyper::header::AUTHORIZATION)
-                        .map(|v| v.as_bytes());
-                    let response = route_guarded(
-                        &shared,
-                        request.uri().path(),
-                        tokens.as_deref(),
-                        authorization,
-                    );
-                    async move { Ok::<_, Infallible>(response) }
+                    let shared = shared.clone();
+                    let tokens = tokens.clone();
+                    let path = request.uri().path().to_owned();
+                    // Checked before anything is rendered: a refused scrape costs nothing.
+                    let refusal = tokens
+                        .as_deref()
+                        .filter(|_| path == "/metrics")
+                        .and_then(|t| {
+                            let authorization = request
+                                .headers()
+                                .get(hyper::header::AUTHORIZATION)
+                                .map(|v| v.as_bytes());
+                            t.authorize_metrics(authorization).err()
+                        });
+                    async move {
+                        // A scrape renders every workload's and pod's series: on a blocking
+                        // thread, so /livez and /readyz never wait behind it.
+                        let response = if let Some(denied) = refusal {
+                            refused(&denied)
+                        } else if path == "/metrics" {
+                            tokio::task::spawn_blocking(move || route(&shared, &path))
+                                .await
+                                .unwrap_or_else(|_| {
+                                    text(
+                                        StatusCode::INTERNAL_SERVER_ERROR,
+                                        "metrics failed\n".to_owned(),
+                                    )
+                                })
+                        } else {
+                            route(&shared, &path)
+                        };
+                        Ok::<_, Infallible>(response)
+                    }
                 });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)

@@ -86,6 +86,65 @@ pub struct DefinitionArgs {
     pub definitions: Option<PathBuf>,
 }
 
+/// The evaluation budget of every jq evaluation (shared by `serve` and `resolve`).
+#[derive(Debug, clap::Args)]
+pub struct BudgetArgs {
+    /// Work units one jq evaluation may spend (one per clone, element iterated, compared or
+    /// built, arithmetic step). The default is about 50 ms of work on one core.
+    #[arg(long, env = "KARTOGRAF_EVAL_WORK", default_value_t = crate::expr::Budget::DEFAULT.work)]
+    pub eval_work: u64,
+    /// Bytes of values one evaluation may create (e.g. `64Mi`).
+    #[arg(long, env = "KARTOGRAF_EVAL_MEMORY", default_value = "64Mi", value_parser = parse_bytes)]
+    pub eval_memory: u64,
+    /// Deepest value (nesting of arrays and objects) one evaluation may build.
+    #[arg(
+        long,
+        env = "KARTOGRAF_EVAL_DEPTH",
+        default_value_t = crate::expr::Budget::DEFAULT.depth,
+        value_parser = clap::value_parser!(u32).range(130..=1024)
+    )]
+    pub eval_depth: u32,
+    /// Wall-clock time one evaluation may take (it bounds its CPU time too).
+    #[arg(long, env = "KARTOGRAF_EVAL_TIME", default_value = "100ms", value_parser = resolve::parse_duration)]
+    pub eval_time: std::time::Duration,
+}
+
+impl BudgetArgs {
+    /// Makes these the budget of every evaluation in this process.
+    pub fn apply(&self) {
+        crate::expr::budget::configure(crate::expr::Budget {
+            work: self.eval_work,
+            memory: self.eval_memory,
+            depth: self.eval_depth,
+            time: self.eval_time,
+        });
+    }
+}
+
+/// Parses a byte size: a number with an optional `Ki`, `Mi` or `Gi` suffix.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let (n, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size like 65536, 512Ki, 64Mi or 1Gi"))?;
+    let scale: u64 = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "`{s}` is not a size like 65536, 512Ki, 64Mi or 1Gi"
+            ));
+        }
+    };
+    n.checked_mul(scale)
+        .filter(|b| *b >= 1024)
+        .ok_or_else(|| format!("`{s}` is out of range (at least 1Ki)"))
+}
+
 /// Writes `text` and a newline to stdout; a closed pipe (`kartograf … | head`) is not an
 /// error.
 pub fn print_out(text: &str) {

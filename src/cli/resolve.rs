@@ -35,6 +35,8 @@ pub struct Args {
     pub timeout: Duration,
     #[command(flatten)]
     pub definitions: DefinitionArgs,
+    #[command(flatten)]
+    pub budget: super::BudgetArgs,
 }
 
 /// Parses `500ms`, `2s`, `1m`.
@@ -56,6 +58,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// Runs `resolve`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    args.budget.apply();
     let catalog = super::load_catalog(&args.definitions)?;
     let snapshot = Snapshot::load(&args.files, Limits::default()).map_err(anyhow::Error::msg)?;
     for warning in &snapshot.warnings {

@@ -110,8 +110,15 @@ pub struct Args {
     /// `metrics` scope (or `*`); /livez and /readyz stay open.
     #[arg(long, env = "KARTOGRAF_METRICS_AUTH", requires = "auth_tokens")]
     pub metrics_auth: bool,
+    /// Threads that evaluate callers' data (inline Resolve, ValidateDefinition previews);
+    /// 0: one per core. Requests beyond these and a queue of four per thread are shed with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "KARTOGRAF_EVAL_THREADS", default_value_t = 0)]
+    pub eval_threads: usize,
     #[command(flatten)]
     pub definitions: DefinitionArgs,
+    #[command(flatten)]
+    pub budget: super::BudgetArgs,
 }
 
 /// Runs `serve` until SIGINT/SIGTERM; sets up logging and tracing first.
@@ -127,10 +134,13 @@ pub fn run(args: Args, logging: &Logging) -> anyhow::Result<ExitCode> {
     let result = runtime.block_on(serve(args));
     // Exports the last spans; the runtime (still alive here) carries the exporter's connection.
     telemetry.shutdown();
+    // Blocking tasks still running (a directory read) do not hold the exit up.
+    runtime.shutdown_timeout(Duration::from_secs(1));
     result
 }
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
+    args.budget.apply();
     if let Some(dir) = &args.manifests
         && !dir.exists()
     {
@@ -159,7 +169,13 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         None => publisher.update(|_| {}),
     }
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let shared = Shared::new(index.clone(), report.clone(), shutdown_rx);
+    let mut shared = Shared::new(index.clone(), report.clone(), shutdown_rx);
+    if args.eval_threads > 0 {
+        shared = shared.with_evaluations(server::evaluations::Evaluations::new(
+            args.eval_threads,
+            4 * args.eval_threads,
+        ));
+    }
     let origin = match &args.manifests {
         Some(dir) => {
             tokio::spawn(manifests::run(index.clone(), dir.clone()));

@@ -8,6 +8,7 @@
 //! All errors are collected, each with the YAML path and the expression.
 
 use super::DefinitionError;
+use super::breaker::Breaker;
 use super::model::*;
 use crate::expr::{CompileError, Expr};
 use std::collections::{BTreeMap, HashMap};
@@ -49,6 +50,9 @@ pub struct Definition {
     pub gang: Option<GangPlan>,
     /// Unique within the process: what answers remembered on pods are keyed by.
     id: u64,
+    /// Quarantines this version of the definition when its evaluations keep exceeding
+    /// their budgets.
+    breaker: Breaker,
 }
 
 /// One compiled component.
@@ -480,7 +484,9 @@ impl Definition {
         } else {
             karta.metadata.name.clone()
         };
+        let breaker = Breaker::new(&name);
         Ok(Definition {
+            breaker,
             name,
             origin: origin.to_owned(),
             source: source.to_owned(),
@@ -491,6 +497,11 @@ impl Definition {
             gang,
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
+    }
+
+    /// The definition's circuit breaker (see [`crate::definition::breaker`]).
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
     }
 
     /// A number no other definition compiled by this process has.

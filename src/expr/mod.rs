@@ -5,11 +5,12 @@
 //! integral numbers print without a decimal point, a stream stops at its first error, and
 //! non-finite arithmetic results (`1 / 0`) are errors.
 
+pub mod budget;
 pub mod fast;
 pub mod gate;
+pub mod metered;
 pub mod value;
 
-use jaq_core::data::JustLut;
 use jaq_core::load::lex::Token;
 use jaq_core::load::parse::Def;
 use jaq_core::load::{Arena, File, Lexer, Loader, Parser};
@@ -18,12 +19,15 @@ pub use jaq_json::Val;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+pub use budget::{Budget, Exceeded};
+use metered::MVal;
+use metered::natives::{self, Data};
 pub use value::{ConvertError, Limits};
 
 /// Largest number of outputs one evaluation may produce (as upstream: 1,000).
 pub const MAX_OUTPUTS: usize = 1000;
 
-type Filter = jaq_core::Filter<JustLut<Val>>;
+type Filter = jaq_core::Filter<Data>;
 
 /// A compiled, safety-checked jq expression. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
@@ -64,9 +68,12 @@ pub enum EvalError {
     /// More than [`MAX_OUTPUTS`] outputs.
     #[error("more than {MAX_OUTPUTS} outputs")]
     TooManyOutputs,
-    /// The evaluation deadline passed.
+    /// The caller's deadline passed.
     #[error("evaluation deadline exceeded")]
     Deadline,
+    /// One of the evaluation's own budgets ran out.
+    #[error("evaluation budget exceeded: {0}")]
+    Budget(Exceeded),
 }
 
 /// The prelude every expression is compiled against: jaq's standard definitions plus
@@ -79,9 +86,7 @@ fn prelude() -> &'static [Def<&'static str>] {
         // object keys, also of objects built in the expression), and a `halt` that cannot
         // stop the process.
         const OVERRIDES: &str = r#"
-            def join($x): reduce .[] as $i (null;
-                (if . == null then "" else . + $x end)
-                + ($i | if . == null then "" elif type == "string" then . else tojson end)) // "";
+            def join($x): _kg_join($x);
             def from_entries: reduce .[] as $x ({};
                 . + { ($x | if .key == null then .k // .name // .Name // .K // .Key else .key end
                          | if type == "string" then . elif type == "null" then "null" else tojson end):
@@ -94,18 +99,14 @@ fn prelude() -> &'static [Def<&'static str>] {
             def halt_error: halt_error(5);
         "#;
         let overrides = jaq_core::load::parse(OVERRIDES, |p| p.defs()).unwrap_or_default();
+        let guards = jaq_core::load::parse(natives::GUARDS, |p| p.defs()).unwrap_or_default();
         jaq_core::defs()
+            .chain(guards)
             .chain(jaq_std::defs())
             .chain(jaq_json::defs())
             .chain(overrides)
             .collect()
     })
-}
-
-fn natives() -> impl Iterator<Item = jaq_core::native::Fun<JustLut<Val>>> {
-    jaq_core::funs()
-        .chain(jaq_std::funs().filter(|(name, _, _)| *name != "env"))
-        .chain(jaq_json::funs())
 }
 
 impl Expr {
@@ -155,7 +156,7 @@ impl Expr {
             )
             .map_err(|_| CompileError::Syntax("could not be parsed".to_owned()))?;
         let filter = Compiler::default()
-            .with_funs(natives())
+            .with_funs(natives::all())
             .with_global_vars(vars.iter().copied())
             .compile(modules)
             .map_err(|errors| {
@@ -230,45 +231,70 @@ impl Expr {
         self.eval_jaq(input, vars, deadline)
     }
 
-    /// Evaluates with jaq (never the native fast path).
+    /// Evaluates with jaq (never the native fast path) under the configured
+    /// [`budget::configured`] budget.
     pub fn eval_jaq(
         &self,
         input: &Val,
         vars: &[Val],
         deadline: Option<Instant>,
     ) -> (Vec<Val>, Option<EvalError>) {
-        let mut values: Vec<Val> = vars.to_vec();
-        values.resize(self.vars.len(), Val::Null);
-        let ctx = Ctx::<JustLut<Val>>::new(&self.filter.lut, Vars::new(values));
+        self.eval_budgeted(input, vars, deadline, budget::configured())
+    }
+
+    /// Evaluates with jaq under `budget` (the earlier of its time and `deadline` ends it):
+    /// all outputs produced before the first error, and that error.
+    pub fn eval_budgeted(
+        &self,
+        input: &Val,
+        vars: &[Val],
+        deadline: Option<Instant>,
+        budget: Budget,
+    ) -> (Vec<Val>, Option<EvalError>) {
+        let mut values: Vec<MVal> = vars.iter().cloned().map(MVal::input).collect();
+        values.resize_with(self.vars.len(), || MVal::input(Val::Null));
         let mut outputs = Vec::new();
-        for item in self.filter.id.run((ctx, input.clone())) {
-            let val = match item {
-                Ok(val) => val,
-                Err(exn) => {
-                    let e = match exn.get_err() {
-                        Ok(err) => EvalError::Runtime(truncate(err.to_string())),
-                        Err(_) => EvalError::Runtime("evaluation stopped".to_owned()),
-                    };
-                    return (outputs, Some(e));
+        let own_time_ends = Instant::now() + budget.time;
+        let outcome = budget::run(budget, deadline, || {
+            let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new(values));
+            for item in self.filter.id.run((ctx, MVal::input(input.clone()))) {
+                let val = match item {
+                    Ok(val) => val.into_inner(),
+                    Err(exn) => {
+                        return Some(match exn.get_err() {
+                            Ok(err) => EvalError::Runtime(truncate(err.to_string())),
+                            Err(_) => EvalError::Runtime("evaluation stopped".to_owned()),
+                        });
+                    }
+                };
+                if let Val::Num(n) = &val
+                    && value::number_f64(n).is_some_and(|f| !f.is_finite())
+                {
+                    return Some(EvalError::Runtime(
+                        "arithmetic produced a non-finite number (division by zero?)".to_owned(),
+                    ));
                 }
-            };
-            if let Val::Num(n) = &val
-                && value::number_f64(n).is_some_and(|f| !f.is_finite())
+                if outputs.len() == MAX_OUTPUTS {
+                    return Some(EvalError::TooManyOutputs);
+                }
+                outputs.push(val);
+                budget::work(1);
+            }
+            None
+        });
+        let error = match outcome {
+            budget::Outcome::Done(error) => error,
+            budget::Outcome::Exceeded(Exceeded::Time)
+                if deadline.is_some_and(|d| d <= own_time_ends) =>
             {
-                let e = EvalError::Runtime(
-                    "arithmetic produced a non-finite number (division by zero?)".to_owned(),
-                );
-                return (outputs, Some(e));
+                Some(EvalError::Deadline)
             }
-            if outputs.len() == MAX_OUTPUTS {
-                return (outputs, Some(EvalError::TooManyOutputs));
-            }
-            outputs.push(val);
-            if deadline.is_some_and(|d| Instant::now() > d) {
-                return (outputs, Some(EvalError::Deadline));
-            }
-        }
-        (outputs, None)
+            budget::Outcome::Exceeded(what) => Some(EvalError::Budget(what)),
+            budget::Outcome::Panicked(message) => Some(EvalError::Runtime(truncate(format!(
+                "internal evaluator error: {message}"
+            )))),
+        };
+        (outputs, error)
     }
 
     /// The first output, `None` when there is none.

@@ -8,12 +8,14 @@
 //! evaluation ([`resolve::Prepared`]) is memoized per root version and catalog generation, so
 //! a pod change re-resolves without re-evaluating the root.
 
+mod feed;
 mod names;
 mod placements;
 mod published;
 mod query;
 pub mod selector;
 
+pub use feed::Feed;
 pub use published::Published;
 pub use query::{AttributedPod, Filter, Sizes, TotalsKey};
 
@@ -68,41 +70,59 @@ struct Entry {
     root: Option<Uid>,
 }
 
-/// A root workload with its current graph.
+/// A root workload with its current graph. Immutable once published: readers hold it by
+/// `Arc` after the index's lock is released.
 struct WorkloadEntry {
     graph: Arc<Published>,
     placements: Placements,
     labels: Labels,
 }
 
+/// The cached objects and their links: written only by the index's writer, in short
+/// critical sections (never while evaluating); read by name and pod lookups.
 #[derive(Default)]
-struct State {
-    revision: u64,
+struct Objects {
     entries: HashMap<Uid, Entry>,
     /// (apiVersion-less kind, namespace, name) -> uid.
     by_name: NameIndex,
     /// owner uid -> uids of objects whose controller it is.
     children: HashMap<Uid, BTreeSet<Uid>>,
-    workloads: HashMap<Uid, WorkloadEntry>,
-    history: VecDeque<Change>,
-    dirty: BTreeSet<Uid>,
-    pending_sources: HashSet<String>,
-    /// Every source name seen, so entries share one copy.
-    sources: Vec<Arc<str>>,
-    version_counter: u64,
+    /// How many entries are pods.
+    pods: usize,
 }
 
-impl State {
-    /// The shared copy of `uid` when some map already holds one, else a new one.
+impl Objects {
+    /// The shared copy of `uid` when a map already holds one, else a new one.
     fn uid(&self, uid: &str) -> Uid {
         self.entries
             .get_key_value(uid)
             .map(|(k, _)| k)
             .or_else(|| self.children.get_key_value(uid).map(|(k, _)| k))
-            .or_else(|| self.workloads.get_key_value(uid).map(|(k, _)| k))
             .map_or_else(|| Arc::from(uid), Arc::clone)
     }
+}
 
+/// What readers are served from: the published graphs, the revision and the change history.
+/// Written only by the writer, in short critical sections (graphs are resolved and encoded
+/// before the lock is taken).
+#[derive(Default)]
+struct Board {
+    revision: u64,
+    workloads: HashMap<Uid, Arc<WorkloadEntry>>,
+    history: VecDeque<Change>,
+}
+
+/// The writer's own state: mutations are serialized by the mutex that holds it, and
+/// resolution runs while holding it, but no reader ever takes it.
+#[derive(Default)]
+struct Writer {
+    dirty: BTreeSet<Uid>,
+    /// Every source name seen, so entries share one copy.
+    sources: Vec<Arc<str>>,
+    version_counter: u64,
+}
+
+impl Writer {
     /// The shared copy of a source name.
     fn source(&mut self, source: &str) -> Arc<str> {
         if let Some(s) = self.sources.iter().find(|s| s.as_ref() == source) {
@@ -136,26 +156,63 @@ fn same_accounting(a: &Pod, b: &Pod) -> bool {
         && a.resource_claims == b.resource_claims
 }
 
-/// A resolved root: its graph, where each pod sits, and the root's labels.
-type Resolved = (
-    pb::Workload,
-    HashMap<String, pb::PodPlacement>,
-    Vec<(String, String)>,
-);
+/// Diagnostics that mean a resolution did not ask every question (a pod update cannot be
+/// judged unchanged against it).
+fn cut_short(graph: &pb::Workload) -> bool {
+    use resolve::diagnostics::code;
+    graph.diagnostics.iter().any(|d| {
+        d.code == code::DEADLINE || d.code == code::BUDGET_EXCEEDED || d.code == code::QUARANTINED
+    })
+}
+
+/// What a dirty uid needs: nothing more (it is no root), or a resolution of these inputs.
+enum Gathered {
+    NotRoot,
+    Root {
+        root: Arc<Object>,
+        version: u64,
+        pods: Vec<(Uid, Arc<Pod>)>,
+    },
+}
+
+/// A resolved root, ready to publish.
+struct Resolved {
+    uid: Uid,
+    graph: Published,
+    placements: Placements,
+    labels: Labels,
+    pods: Vec<Uid>,
+}
+
+/// Dirty roots resolved between two publications (bounds how long readers wait for a large
+/// re-resolution, e.g. after a catalog change, to show progress).
+const PUBLISH_EVERY: usize = 256;
 
 /// The index. Cheap to share (`Arc<Index>`); all methods take `&self`.
+///
+/// Locking: one writer at a time (sources' `apply`/`delete`/`reset`, `set_catalog`) holds
+/// the writer mutex while it converts, evaluates and resolves; readers (Resolve, List, Watch,
+/// Totals, metrics, health) never take it. They read two read-write locks that the writer
+/// takes only to insert what it already computed (microseconds per object or workload):
+/// the objects (for lookups by name and pod) and the board (published graphs, revision,
+/// history).
 pub struct Index {
-    state: Mutex<State>,
+    writer: Mutex<Writer>,
+    objects: std::sync::RwLock<Objects>,
+    board: std::sync::RwLock<Board>,
     catalog: ArcSwap<Catalog>,
     limits: Limits,
     history_cap: usize,
     resolve_timeout: Duration,
     prepared: moka::sync::Cache<PreparedKey, Arc<Prepared>>,
     revision_tx: tokio::sync::watch::Sender<u64>,
-    /// Mirrors `pending_sources.is_empty()` so health and readiness never wait for the lock.
+    pending_sources: Mutex<HashSet<String>>,
+    /// Mirrors `pending_sources.is_empty()` so health and readiness never wait for a lock.
     synced: AtomicBool,
     /// Workload resolutions run so far.
     resolutions: AtomicU64,
+    /// The writer thread, started by the first [`Index::feed`].
+    feed: std::sync::OnceLock<Feed>,
 }
 
 /// Where this process's revisions start: a random multiple of 2^32, so a `since_revision`
@@ -169,28 +226,56 @@ fn revision_epoch() -> u64 {
     ((random % (1 << 20)) + 1) << 32
 }
 
+fn relock<T>(r: std::sync::LockResult<T>) -> T {
+    // A panic while holding a lock would be a bug; the state stays usable.
+    r.unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl Index {
     /// An empty index over `catalog`. `sources` names the sources whose first full sync must
     /// finish before the index reports itself synced.
     pub fn new(catalog: Catalog, sources: &[&str]) -> Index {
         let epoch = revision_epoch();
         let (revision_tx, _) = tokio::sync::watch::channel(epoch);
-        let state = State {
-            revision: epoch,
-            pending_sources: sources.iter().map(|s| (*s).to_owned()).collect(),
-            ..State::default()
-        };
         Index {
-            state: Mutex::new(state),
+            writer: Mutex::new(Writer::default()),
+            objects: std::sync::RwLock::new(Objects::default()),
+            board: std::sync::RwLock::new(Board {
+                revision: epoch,
+                ..Board::default()
+            }),
             catalog: ArcSwap::from_pointee(catalog),
             limits: Limits::default(),
             history_cap: DEFAULT_HISTORY,
             resolve_timeout: Duration::from_secs(2),
             prepared: moka::sync::Cache::builder().max_capacity(100_000).build(),
             revision_tx,
+            pending_sources: Mutex::new(sources.iter().map(|s| (*s).to_owned()).collect()),
             synced: AtomicBool::new(sources.is_empty()),
             resolutions: AtomicU64::new(0),
+            feed: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The handle through which sources on the async runtime change the index: a writer
+    /// thread of its own applies the changes (see [`Feed`]).
+    pub fn feed(self: &Arc<Self>) -> Feed {
+        self.feed.get_or_init(|| Feed::start(self)).clone()
+    }
+
+    /// A batch of changes applied under one hold of the writer lock; the affected workloads
+    /// are resolved and published once, when the batch is dropped.
+    pub fn batch(&self) -> Batch<'_> {
+        Batch {
+            index: self,
+            writer: self.write(),
+            keep: Vec::new(),
+        }
+    }
+
+    /// Publishes `catalog` for lookups and new resolutions, without re-resolving anything.
+    pub(crate) fn store_catalog(&self, catalog: Catalog) {
+        self.catalog.store(Arc::new(catalog));
     }
 
     /// Sets how many changes are kept for `Watch` resume.
@@ -205,9 +290,24 @@ impl Index {
         self
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock would be a bug; the state stays usable.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn write(&self) -> MutexGuard<'_, Writer> {
+        relock(self.writer.lock())
+    }
+
+    fn objects(&self) -> std::sync::RwLockReadGuard<'_, Objects> {
+        relock(self.objects.read())
+    }
+
+    fn objects_mut(&self) -> std::sync::RwLockWriteGuard<'_, Objects> {
+        relock(self.objects.write())
+    }
+
+    fn board(&self) -> std::sync::RwLockReadGuard<'_, Board> {
+        relock(self.board.read())
+    }
+
+    fn board_mut(&self) -> std::sync::RwLockWriteGuard<'_, Board> {
+        relock(self.board.write())
     }
 
     /// The catalog in effect.
@@ -217,7 +317,7 @@ impl Index {
 
     /// Current revision.
     pub fn revision(&self) -> u64 {
-        self.lock().revision
+        self.board().revision
     }
 
     /// A receiver that sees every new revision (for Watch).
@@ -243,9 +343,9 @@ impl Index {
 
     /// Marks a source's first full sync done.
     pub fn mark_synced(&self, source: &str) {
-        let mut st = self.lock();
-        st.pending_sources.remove(source);
-        if st.pending_sources.is_empty() {
+        let mut pending = relock(self.pending_sources.lock());
+        pending.remove(source);
+        if pending.is_empty() {
             self.synced.store(true, Ordering::Release);
         }
     }
@@ -253,21 +353,7 @@ impl Index {
     /// Adds or replaces one object (any kind; pods are recognised by kind) from `source`.
     /// Returns the object's identity, or why it was skipped.
     pub fn apply(&self, json: &Json, source: &str) -> Result<String, String> {
-        // Converted before the lock is taken: readers do not wait for it. A pod keeps its
-        // unpacked value for the resolution below, then drops what it did not use.
-        let cached = Cached::from_json_keeping_value(json, self.limits)?;
-        let pod = match &cached {
-            Cached::Pod(p) => Some(p.clone()),
-            Cached::Object(_) => None,
-        };
-        let mut st = self.lock();
-        let uid = self.insert_locked(&mut st, cached, source);
-        self.flush(&mut st);
-        drop(st);
-        if let Some(p) = pod {
-            p.memo.drop_value();
-        }
-        Ok(uid)
+        self.batch().apply(json, source)
     }
 
     /// Converts a document for [`Index::reset_converted`], within the index's limits.
@@ -277,9 +363,7 @@ impl Index {
 
     /// Removes one object by uid (or identity).
     pub fn delete(&self, uid: &str) {
-        let mut st = self.lock();
-        self.delete_locked(&mut st, uid);
-        self.flush(&mut st);
+        self.batch().delete(uid);
     }
 
     /// Replaces everything `source` holds with `docs` (a full list or relist): objects not in
@@ -292,85 +376,110 @@ impl Index {
     /// arrives, so it never holds the whole list as JSON). Conversion failures are the
     /// skipped documents' reasons.
     pub fn reset_converted(&self, source: &str, items: Vec<Result<Cached, String>>) -> Vec<String> {
-        let mut st = self.lock();
-        let mut skipped = Vec::new();
-        let mut seen = HashSet::new();
-        for item in items {
-            match item {
-                Ok(cached) => {
-                    seen.insert(self.insert_locked(&mut st, cached, source));
-                }
-                Err(e) => skipped.push(e),
-            }
-        }
-        let stale: Vec<Uid> = st
-            .entries
-            .iter()
-            .filter(|(uid, e)| e.source.as_ref() == source && !seen.contains(uid.as_ref()))
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in stale {
-            self.delete_locked(&mut st, &uid);
-        }
-        self.flush(&mut st);
-        skipped
+        self.batch().reset_converted(source, items)
     }
 
     /// Publishes a new catalog and re-resolves every workload under it.
     pub fn set_catalog(&self, catalog: Catalog) {
-        self.catalog.store(Arc::new(catalog));
-        let mut st = self.lock();
-        let all: Vec<Uid> = st
-            .entries
-            .keys()
-            .cloned()
-            .chain(st.workloads.keys().cloned())
-            .collect();
-        st.dirty.extend(all);
-        self.flush(&mut st);
+        self.store_catalog(catalog);
+        self.batch().reresolve();
+    }
+
+    /// Whether a pod update can keep the cached copy (`Some(true)`: identical, skip it),
+    /// replace it without re-resolving (`Some(false)`), or must be inserted (`None`).
+    fn pod_unchanged(&self, uid: &str, cached: &Cached, source: &str) -> Option<bool> {
+        let Cached::Pod(after) = cached else {
+            return None;
+        };
+        let (before, root) = {
+            let objects = self.objects();
+            let old = objects.entries.get(uid)?;
+            let Cached::Pod(before) = &old.cached else {
+                return None;
+            };
+            if old.source.as_ref() != source
+                || before.meta != after.meta
+                || before.problem != after.problem
+            {
+                return None;
+            }
+            if before.packed == after.packed {
+                return Some(true);
+            }
+            // A pod that is its own workload is read whole (its status is the workload's).
+            let root = old.root.as_ref().filter(|r| r.as_ref() != uid)?;
+            let root = objects.entries.get(root)?.cached.meta().clone();
+            (before.clone(), root)
+        };
+        if !same_accounting(&before, after) {
+            return None;
+        }
+        // A resolution the deadline or a budget cut short asked some pods only part of
+        // their questions.
+        let whole = self
+            .board()
+            .workloads
+            .get(root.uid.as_str())
+            .is_some_and(|w| !cut_short(&w.graph));
+        if !whole {
+            return None;
+        }
+        let catalog = self.catalog.load();
+        let lookup = catalog.lookup(&root.api_version, &root.kind)?;
+        // Evaluates the definition's pod questions on the new version: outside every lock
+        // readers take.
+        resolve::same_answers(
+            &lookup.definition,
+            catalog.generation(),
+            &before,
+            after,
+            Some(Instant::now() + self.resolve_timeout),
+        )
+        .then_some(false)
     }
 
     /// Inserts a converted object; returns its identity.
-    fn insert_locked(&self, st: &mut State, cached: Cached, source: &str) -> String {
+    fn insert(&self, w: &mut Writer, cached: Cached, source: &str) -> String {
         let uid = cached.meta().identity();
         // A pod update that changes nothing the graph reads (a kubelet heartbeat, a restart
         // count, a status write with the same content) skips re-resolving: the same
         // projection keeps the cached copy and what it remembers; otherwise the same
         // accounting facts and the same answers to the definition's questions keep the new
         // copy (see `resolve::same_answers`).
-        if let Some(old) = st.entries.get(uid.as_str())
-            && old.source.as_ref() == source
-            && let (Cached::Pod(before), Cached::Pod(after)) = (&old.cached, &cached)
-            && before.meta == after.meta
-            && before.problem == after.problem
-        {
-            if before.packed == after.packed {
-                return uid;
-            }
-            if same_accounting(before, after) && self.same_answers(st, &uid, before, after) {
-                if let Some(old) = st.entries.get_mut(uid.as_str()) {
+        match self.pod_unchanged(&uid, &cached, source) {
+            Some(true) => return uid,
+            Some(false) => {
+                if let Some(old) = self.objects_mut().entries.get_mut(uid.as_str()) {
                     old.cached = cached;
                 }
                 return uid;
             }
+            None => {}
         }
-        let shared = st.uid(&uid);
+        let source = w.source(source);
+        let catalog = self.catalog.load();
+        let mut objects = self.objects_mut();
+        let shared = objects.uid(&uid);
         let mut root = None;
-        if let Some(old) = st.entries.get(uid.as_str()) {
+        if let Some(old) = objects.entries.get(uid.as_str()) {
             root = old.root.clone();
             let old_meta = old.cached.meta().clone();
-            self.unlink(st, &uid, &old_meta);
+            unlink(&mut objects, &uid, &old_meta);
         }
-        self.mark_affected(st, &uid);
-        st.version_counter += 1;
-        let version = st.version_counter;
+        mark_affected(&objects, &catalog, &mut w.dirty, &uid);
+        w.version_counter += 1;
+        let version = w.version_counter;
         if let Some(owner) = cached.meta().controller() {
-            let owner = st.uid(&owner.uid);
-            st.children.entry(owner).or_default().insert(shared.clone());
+            let owner = objects.uid(&owner.uid);
+            objects
+                .children
+                .entry(owner)
+                .or_default()
+                .insert(shared.clone());
         }
-        let source = st.source(source);
+        let is_pod = matches!(cached, Cached::Pod(_));
         let meta = cached.clone();
-        st.entries.insert(
+        let replaced = objects.entries.insert(
             shared.clone(),
             Entry {
                 cached,
@@ -379,228 +488,106 @@ impl Index {
                 root,
             },
         );
-        st.by_name
-            .insert(&Graph(&st.entries), Name::of(meta.meta()), shared);
-        self.mark_affected(st, &uid);
+        if is_pod
+            && replaced
+                .as_ref()
+                .is_none_or(|e| !matches!(e.cached, Cached::Pod(_)))
+        {
+            objects.pods += 1;
+        }
+        if !is_pod
+            && replaced
+                .as_ref()
+                .is_some_and(|e| matches!(e.cached, Cached::Pod(_)))
+        {
+            objects.pods -= 1;
+        }
+        let objects = &mut *objects;
+        objects
+            .by_name
+            .insert(&Graph(&objects.entries), Name::of(meta.meta()), shared);
+        mark_affected(objects, &catalog, &mut w.dirty, &uid);
         uid
     }
 
-    /// Whether pod `uid`'s new version answers its workload definition's questions as the
-    /// cached one did (false when the pod sits under no resolved workload).
-    fn same_answers(&self, st: &State, uid: &str, before: &Pod, after: &Pod) -> bool {
+    fn remove(&self, w: &mut Writer, uid: &str) {
         let catalog = self.catalog.load();
-        // A pod that is its own workload is read whole (its status is the workload's).
-        let Some(root_uid) = st
-            .entries
-            .get(uid)
-            .and_then(|e| e.root.as_ref())
-            .filter(|r| r.as_ref() != uid)
-        else {
-            return false;
-        };
-        let Some(root) = st.entries.get(root_uid) else {
-            return false;
-        };
-        // A resolution the deadline cut short asked some pods only part of their questions.
-        let cut_short = st.workloads.get(root_uid).is_none_or(|w| {
-            w.graph
-                .diagnostics
-                .iter()
-                .any(|d| d.code == resolve::diagnostics::code::DEADLINE)
-        });
-        if cut_short {
-            return false;
-        }
-        let meta = root.cached.meta();
-        let Some(lookup) = catalog.lookup(&meta.api_version, &meta.kind) else {
-            return false;
-        };
-        resolve::same_answers(
-            &lookup.definition,
-            catalog.generation(),
-            before,
-            after,
-            Some(Instant::now() + self.resolve_timeout),
-        )
-    }
-
-    fn delete_locked(&self, st: &mut State, uid: &str) {
-        let Some(entry) = st.entries.get(uid) else {
+        let mut objects = self.objects_mut();
+        let Some(entry) = objects.entries.get(uid) else {
             return;
         };
         let meta = entry.cached.meta().clone();
-        self.mark_affected(st, uid);
-        self.unlink(st, uid, &meta);
-        if let Some((shared, _)) = st.entries.remove_entry(uid) {
-            st.dirty.insert(shared);
+        mark_affected(&objects, &catalog, &mut w.dirty, uid);
+        unlink(&mut objects, uid, &meta);
+        if let Some((shared, old)) = objects.entries.remove_entry(uid) {
+            if matches!(old.cached, Cached::Pod(_)) {
+                objects.pods -= 1;
+            }
+            w.dirty.insert(shared);
         }
     }
 
-    fn unlink(&self, st: &mut State, uid: &str, meta: &ObjectMeta) {
-        if let Some(owner) = meta.controller()
-            && let Some(set) = st.children.get_mut(owner.uid.as_str())
-        {
-            set.remove(uid);
-            if set.is_empty() {
-                st.children.remove(owner.uid.as_str());
-            }
-        }
-        st.by_name
-            .remove_if(&Graph(&st.entries), Name::of(meta), uid);
-    }
-
-    /// Marks dirty every root that `uid` or anything below it belongs to (now or before).
-    fn mark_affected(&self, st: &mut State, uid: &str) {
-        let catalog = self.catalog.load();
-        let mut stack = vec![(st.uid(uid), 0usize)];
-        let mut seen = HashSet::new();
-        let mut dirty = Vec::new();
-        while let Some((at, depth)) = stack.pop() {
-            if !seen.insert(at.clone()) || depth > ownership::MAX_HOPS {
-                continue;
-            }
-            dirty.push(at.clone());
-            if let Some(entry) = st.entries.get(&at) {
-                if let Some(previous) = &entry.root {
-                    dirty.push(previous.clone());
-                }
-                match ownership::root_of(entry.cached.meta(), &Graph(&st.entries), &catalog) {
-                    Root::Owner(owner) => dirty.push(st.uid(&owner.uid)),
-                    Root::Itself | Root::Uncovered(_) => {}
-                }
-            }
-            for child in st.children.get(&at).into_iter().flatten() {
-                stack.push((child.clone(), depth + 1));
-            }
-        }
-        st.dirty.extend(dirty);
-    }
-
-    /// Re-resolves every dirty root and publishes the changes.
-    fn flush(&self, st: &mut State) {
-        if st.dirty.is_empty() {
+    /// Re-resolves every dirty root and publishes the changes, [`PUBLISH_EVERY`] roots at
+    /// a time.
+    fn flush(&self, w: &mut Writer) {
+        if w.dirty.is_empty() {
             return;
         }
         let catalog = self.catalog.load_full();
-        let dirty = std::mem::take(&mut st.dirty);
+        let dirty: Vec<Uid> = std::mem::take(&mut w.dirty).into_iter().collect();
         let mut changed = false;
-        for uid in dirty {
-            let uid = st.uid(&uid);
-            let is_root = st.entries.get(&uid).is_some_and(|e| {
-                ownership::root_of(e.cached.meta(), &Graph(&st.entries), &catalog) == Root::Itself
-            });
-            if !is_root {
-                if let Some(old) = st.workloads.remove(&uid) {
-                    let labels = old.labels.clone();
-                    self.publish(st, pb::EventType::Deleted, old.graph, labels, old.labels);
-                    changed = true;
+        for chunk in dirty.chunks(PUBLISH_EVERY) {
+            let mut resolved = Vec::new();
+            let mut gone = Vec::new();
+            for uid in chunk {
+                let gathered = self.gather(uid, &catalog);
+                match gathered {
+                    Gathered::NotRoot => gone.push(uid.clone()),
+                    Gathered::Root {
+                        root,
+                        version,
+                        pods,
+                    } => {
+                        if let Some(r) = self.resolve_root(uid, &root, version, pods, &catalog) {
+                            resolved.push(r);
+                        }
+                    }
                 }
-                continue;
             }
-            if let Some((graph, placements, labels)) = self.resolve_root(st, &uid, &catalog) {
-                let labels: Labels = labels.into();
-                let previous = st.workloads.get(&uid).map(|w| w.labels.clone());
-                let kind = if previous.is_some() {
-                    pb::EventType::Modified
-                } else {
-                    pb::EventType::Added
-                };
-                // A label change alone is published too: label-filtered watchers see the
-                // workload enter or leave their view.
-                let mut graph = graph;
-                graph.revision = st.revision + 1;
-                let graph = Published::new(graph);
-                let same = st.workloads.get(&uid).is_some_and(|w| {
-                    w.graph.same_graph(&graph) && w.labels.as_ref() == labels.as_ref()
-                });
-                if !same {
-                    let placements = Placements::pack(placements, |pod| st.uid(pod));
-                    let graph = Arc::new(graph);
-                    st.workloads.insert(
-                        uid.clone(),
-                        WorkloadEntry {
-                            graph: graph.clone(),
-                            placements,
-                            labels: labels.clone(),
-                        },
-                    );
-                    let previous = previous.unwrap_or_else(|| Arc::from([]));
-                    self.publish(st, kind, graph, labels, previous);
-                    changed = true;
-                }
-                // Otherwise the placements are the same too: the graph lists every pod (by
-                // uid) where it is placed.
-            }
+            changed |= self.publish(resolved, gone);
         }
         if changed {
-            let _ = self.revision_tx.send(st.revision);
+            let _ = self.revision_tx.send(self.revision());
         }
     }
 
-    fn publish(
-        &self,
-        st: &mut State,
-        kind: pb::EventType,
-        workload: Arc<Published>,
-        labels: Labels,
-        previous: Labels,
-    ) {
-        st.revision += 1;
-        let revision = st.revision;
-        st.history.push_back(Change {
-            revision,
-            kind,
-            workload,
-            labels,
-            previous,
-        });
-        while st.history.len() > self.history_cap {
-            st.history.pop_front();
+    /// The inputs of root `uid` (or that it is no root), read under the objects lock.
+    fn gather(&self, uid: &Uid, catalog: &Catalog) -> Gathered {
+        let objects = self.objects();
+        let Some(entry) = objects.entries.get(uid) else {
+            return Gathered::NotRoot;
+        };
+        let graph = Graph(&objects.entries);
+        if ownership::root_of(entry.cached.meta(), &graph, catalog) != Root::Itself {
+            return Gathered::NotRoot;
         }
-    }
-
-    /// Resolves root `uid` with the pods below it.
-    fn resolve_root(&self, st: &mut State, uid: &str, catalog: &Catalog) -> Option<Resolved> {
-        let entry = st.entries.get(uid)?;
         let root: Arc<Object> = match &entry.cached {
             Cached::Object(o) => o.clone(),
             Cached::Pod(p) => Arc::new(p.to_object()),
         };
-        let lookup = catalog.lookup(&root.meta.api_version, &root.meta.kind)?;
-        let _span = tracing::debug_span!(
-            "resolve",
-            kind = %root.meta.kind,
-            namespace = %root.meta.namespace,
-            name = %root.meta.name
-        )
-        .entered();
-        let key = (st.uid(uid), entry.version, catalog.generation());
-        let prepared = match self.prepared.get(&key) {
-            Some(p) => p,
-            None => {
-                let p = Arc::new(resolve::prepare(
-                    &lookup.definition,
-                    &root,
-                    Some(Instant::now() + self.resolve_timeout),
-                ));
-                self.prepared.insert(key, p.clone());
-                p
-            }
-        };
         // Pods below the root, through any cached intermediates.
-        let root_uid = st.uid(uid);
         let mut pods: Vec<(Uid, Arc<Pod>)> = Vec::new();
         if let Cached::Pod(p) = &entry.cached {
-            pods.push((root_uid.clone(), p.clone()));
+            pods.push((uid.clone(), p.clone()));
         }
-        let mut stack = vec![(root_uid.clone(), 0usize)];
+        let mut stack = vec![(uid.clone(), 0usize)];
         let mut seen = HashSet::new();
         while let Some((at, depth)) = stack.pop() {
             if !seen.insert(at.clone()) || depth > ownership::MAX_HOPS {
                 continue;
             }
-            for child in st.children.get(&at).into_iter().flatten() {
-                match st.entries.get(child).map(|e| &e.cached) {
+            for child in objects.children.get(&at).into_iter().flatten() {
+                match objects.entries.get(child).map(|e| &e.cached) {
                     // Pods can own further objects (a leader pod owning its workers'
                     // StatefulSet, a driver pod owning its executors).
                     Some(Cached::Pod(p)) => {
@@ -612,17 +599,49 @@ impl Index {
                 }
             }
         }
-        pods.sort_by(|(_, a), (_, b)| a.meta.name.cmp(&b.meta.name));
-        for (pod, _) in &pods {
-            if let Some(e) = st.entries.get_mut(pod) {
-                e.root = Some(root_uid.clone());
-            }
+        Gathered::Root {
+            root,
+            version: entry.version,
+            pods,
         }
+    }
+
+    /// Resolves root `uid` with its pods; no lock readers take is held.
+    fn resolve_root(
+        &self,
+        uid: &Uid,
+        root: &Object,
+        version: u64,
+        mut pods: Vec<(Uid, Arc<Pod>)>,
+        catalog: &Catalog,
+    ) -> Option<Resolved> {
+        let lookup = catalog.lookup(&root.meta.api_version, &root.meta.kind)?;
+        let _span = tracing::debug_span!(
+            "resolve",
+            kind = %root.meta.kind,
+            namespace = %root.meta.namespace,
+            name = %root.meta.name
+        )
+        .entered();
+        let key = (uid.clone(), version, catalog.generation());
+        let prepared = match self.prepared.get(&key) {
+            Some(p) => p,
+            None => {
+                let p = Arc::new(resolve::prepare(
+                    &lookup.definition,
+                    root,
+                    Some(Instant::now() + self.resolve_timeout),
+                ));
+                self.prepared.insert(key, p.clone());
+                p
+            }
+        };
+        pods.sort_by(|(_, a), (_, b)| a.meta.name.cmp(&b.meta.name));
         let refs: Vec<&Pod> = pods.iter().map(|(_, p)| p.as_ref()).collect();
         let input = resolve::Input {
             definition: &lookup.definition,
             generation: catalog.generation(),
-            root: &root,
+            root,
             pods: &refs,
             fallback_from: lookup.fallback_from.as_deref(),
             deadline: Some(Instant::now() + self.resolve_timeout),
@@ -630,7 +649,219 @@ impl Index {
         };
         self.resolutions.fetch_add(1, Ordering::Relaxed);
         let resolution = resolve::resolve(&input);
-        let labels = root.labels();
-        Some((resolution.workload, resolution.placements, labels))
+        let by_identity: HashMap<String, Uid> = pods
+            .iter()
+            .map(|(u, p)| (p.meta.identity(), u.clone()))
+            .collect();
+        let placements = Placements::pack(resolution.placements, |pod| {
+            by_identity
+                .get(pod)
+                .cloned()
+                .unwrap_or_else(|| Arc::from(pod))
+        });
+        Some(Resolved {
+            uid: uid.clone(),
+            graph: Published::new(resolution.workload),
+            placements,
+            labels: root.labels().into(),
+            pods: pods.into_iter().map(|(u, _)| u).collect(),
+        })
+    }
+
+    /// Records where pods were resolved, then publishes new graphs and removals; true when
+    /// anything was published.
+    fn publish(&self, resolved: Vec<Resolved>, gone: Vec<Uid>) -> bool {
+        if resolved.is_empty() && gone.is_empty() {
+            return false;
+        }
+        {
+            let mut objects = self.objects_mut();
+            for r in &resolved {
+                for pod in &r.pods {
+                    if let Some(e) = objects.entries.get_mut(pod) {
+                        e.root = Some(r.uid.clone());
+                    }
+                }
+            }
+        }
+        let mut board = self.board_mut();
+        let mut changed = false;
+        for uid in gone {
+            if let Some(old) = board.workloads.remove(&uid) {
+                let labels = old.labels.clone();
+                self.record(
+                    &mut board,
+                    pb::EventType::Deleted,
+                    old.graph.clone(),
+                    labels,
+                    old.labels.clone(),
+                );
+                changed = true;
+            }
+        }
+        for r in resolved {
+            let previous = board.workloads.get(&r.uid).cloned();
+            // A label change alone is published too: label-filtered watchers see the
+            // workload enter or leave their view.
+            if previous.as_ref().is_some_and(|w| {
+                w.graph.same_graph(&r.graph) && w.labels.as_ref() == r.labels.as_ref()
+            }) {
+                // The placements are the same too: the graph lists every pod (by uid) where
+                // it is placed.
+                continue;
+            }
+            let kind = if previous.is_some() {
+                pb::EventType::Modified
+            } else {
+                pb::EventType::Added
+            };
+            let graph = Arc::new(r.graph.stamped(board.revision + 1));
+            board.workloads.insert(
+                r.uid.clone(),
+                Arc::new(WorkloadEntry {
+                    graph: graph.clone(),
+                    placements: r.placements,
+                    labels: r.labels.clone(),
+                }),
+            );
+            let before = previous.map_or_else(|| Arc::from([]), |w| w.labels.clone());
+            self.record(&mut board, kind, graph, r.labels, before);
+            changed = true;
+        }
+        changed
+    }
+
+    fn record(
+        &self,
+        board: &mut Board,
+        kind: pb::EventType,
+        workload: Arc<Published>,
+        labels: Labels,
+        previous: Labels,
+    ) {
+        board.revision += 1;
+        let revision = board.revision;
+        board.history.push_back(Change {
+            revision,
+            kind,
+            workload,
+            labels,
+            previous,
+        });
+        while board.history.len() > self.history_cap {
+            board.history.pop_front();
+        }
+    }
+}
+
+fn unlink(objects: &mut Objects, uid: &str, meta: &ObjectMeta) {
+    if let Some(owner) = meta.controller()
+        && let Some(set) = objects.children.get_mut(owner.uid.as_str())
+    {
+        set.remove(uid);
+        if set.is_empty() {
+            objects.children.remove(owner.uid.as_str());
+        }
+    }
+    let Objects {
+        entries, by_name, ..
+    } = objects;
+    by_name.remove_if(&Graph(entries), Name::of(meta), uid);
+}
+
+/// Marks dirty every root that `uid` or anything below it belongs to (now or before).
+fn mark_affected(objects: &Objects, catalog: &Catalog, dirty: &mut BTreeSet<Uid>, uid: &str) {
+    let mut stack = vec![(objects.uid(uid), 0usize)];
+    let mut seen = HashSet::new();
+    while let Some((at, depth)) = stack.pop() {
+        if !seen.insert(at.clone()) || depth > ownership::MAX_HOPS {
+            continue;
+        }
+        dirty.insert(at.clone());
+        if let Some(entry) = objects.entries.get(&at) {
+            if let Some(previous) = &entry.root {
+                dirty.insert(previous.clone());
+            }
+            match ownership::root_of(entry.cached.meta(), &Graph(&objects.entries), catalog) {
+                Root::Owner(owner) => {
+                    dirty.insert(objects.uid(&owner.uid));
+                }
+                Root::Itself | Root::Uncovered(_) => {}
+            }
+        }
+        for child in objects.children.get(&at).into_iter().flatten() {
+            stack.push((child.clone(), depth + 1));
+        }
+    }
+}
+
+/// Changes applied under one hold of the index's writer lock (see [`Index::batch`]).
+pub struct Batch<'a> {
+    index: &'a Index,
+    writer: MutexGuard<'a, Writer>,
+    /// Pods that kept their unpacked value for their first resolution.
+    keep: Vec<Arc<Pod>>,
+}
+
+impl Batch<'_> {
+    /// Adds or replaces one object from `source` (see [`Index::apply`]).
+    pub fn apply(&mut self, json: &Json, source: &str) -> Result<String, String> {
+        // A pod keeps its unpacked value for the resolution at the end of the batch, then
+        // drops what it did not use.
+        let cached = Cached::from_json_keeping_value(json, self.index.limits)?;
+        if let Cached::Pod(p) = &cached {
+            self.keep.push(p.clone());
+        }
+        Ok(self.index.insert(&mut self.writer, cached, source))
+    }
+
+    /// Removes one object by uid (or identity).
+    pub fn delete(&mut self, uid: &str) {
+        self.index.remove(&mut self.writer, uid);
+    }
+
+    /// Replaces everything `source` holds (see [`Index::reset_converted`]).
+    pub fn reset_converted(
+        &mut self,
+        source: &str,
+        items: Vec<Result<Cached, String>>,
+    ) -> Vec<String> {
+        let mut skipped = Vec::new();
+        let mut seen = HashSet::new();
+        for item in items {
+            match item {
+                Ok(cached) => {
+                    seen.insert(self.index.insert(&mut self.writer, cached, source));
+                }
+                Err(e) => skipped.push(e),
+            }
+        }
+        let stale: Vec<Uid> = self
+            .index
+            .objects()
+            .entries
+            .iter()
+            .filter(|(uid, e)| e.source.as_ref() == source && !seen.contains(uid.as_ref()))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in stale {
+            self.index.remove(&mut self.writer, &uid);
+        }
+        skipped
+    }
+
+    /// Re-resolves every workload under the catalog in effect.
+    pub fn reresolve(&mut self) {
+        let all: Vec<Uid> = self.index.objects().entries.keys().cloned().collect();
+        self.writer.dirty.extend(all);
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.index.flush(&mut self.writer);
+        for p in self.keep.drain(..) {
+            p.memo.drop_value();
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Reading the index: lookups, filtered lists, totals and the change history.
 
 use super::names::Name;
-use super::{Cached, Change, Graph, Index, Published, State, WorkloadEntry};
+use super::{Change, Graph, Index, Published, WorkloadEntry};
 use crate::proto::v1 as pb;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -123,58 +123,67 @@ fn add_resources(into: &mut pb::Resources, r: &pb::Resources) {
 impl Index {
     /// How many objects, pods and workloads are cached.
     pub fn sizes(&self) -> Sizes {
-        let st = self.lock();
-        let pods = st
-            .entries
-            .values()
-            .filter(|e| matches!(e.cached, Cached::Pod(_)))
-            .count();
+        let (entries, pods) = {
+            let objects = self.objects();
+            (objects.entries.len(), objects.pods)
+        };
         Sizes {
-            objects: st.entries.len() - pods,
+            objects: entries.saturating_sub(pods),
             pods,
-            workloads: st.workloads.len(),
+            workloads: self.board().workloads.len(),
         }
     }
 
     /// Sources whose first full sync has not finished yet, sorted.
     pub fn pending_sources(&self) -> Vec<String> {
-        let mut pending: Vec<String> = self.lock().pending_sources.iter().cloned().collect();
+        let mut pending: Vec<String> = super::relock(self.pending_sources.lock())
+            .iter()
+            .cloned()
+            .collect();
         pending.sort();
         pending
+    }
+
+    /// Every published workload, by `Arc` (copied out under the board's read lock).
+    fn workloads_now(&self) -> (Vec<Arc<WorkloadEntry>>, u64) {
+        let board = self.board();
+        (board.workloads.values().cloned().collect(), board.revision)
+    }
+
+    fn sorted(mut all: Vec<Arc<WorkloadEntry>>) -> Vec<Arc<WorkloadEntry>> {
+        all.sort_by_cached_key(|w| sort_key(&w.graph));
+        all
     }
 
     /// Every workload's summary ([`crate::resolve::summarize`]) in (namespace, kind, name)
     /// order, with the pods its resolution placed in a component (by pod name); unattributed
     /// pods are left out.
     pub fn attributed_pods(&self) -> Vec<(Arc<pb::Workload>, Vec<AttributedPod>)> {
-        let st = self.lock();
-        Self::entries_sorted(&st)
-            .into_iter()
+        let (all, _) = self.workloads_now();
+        let all = Self::sorted(all);
+        // Pods are looked up under the objects' read lock, one workload at a time.
+        all.into_iter()
             .map(|w| {
-                let mut pods: Vec<AttributedPod> = w
-                    .placements
-                    .components()
-                    .filter(|(_, component)| !component.is_empty())
-                    .filter_map(|(uid, component)| {
-                        let meta = st.entries.get(uid)?.cached.meta();
-                        Some(AttributedPod {
-                            namespace: meta.namespace.clone(),
-                            name: meta.name.clone(),
-                            uid: meta.uid.clone(),
-                            component: component.to_owned(),
+                let mut pods: Vec<AttributedPod> = {
+                    let objects = self.objects();
+                    w.placements
+                        .components()
+                        .filter(|(_, component)| !component.is_empty())
+                        .filter_map(|(uid, component)| {
+                            let meta = objects.entries.get(uid)?.cached.meta();
+                            Some(AttributedPod {
+                                namespace: meta.namespace.clone(),
+                                name: meta.name.clone(),
+                                uid: meta.uid.clone(),
+                                component: component.to_owned(),
+                            })
                         })
-                    })
-                    .collect();
+                        .collect()
+                };
                 pods.sort_by(|a, b| a.name.cmp(&b.name));
                 (w.graph.summary.clone(), pods)
             })
             .collect()
-    }
-
-    fn entries_sorted(st: &State) -> Vec<&WorkloadEntry> {
-        let mut all: Vec<&WorkloadEntry> = st.workloads.values().collect();
-        all.sort_by_key(|w| sort_key(&w.graph));
-        all
     }
 
     /// The workload with this uid, or this kind (case-insensitive, optional) / namespace / name.
@@ -184,9 +193,12 @@ impl Index {
 
     /// Like [`Index::workload`], with the graph's shared wire encodings.
     pub fn published(&self, r: &pb::ObjectRef) -> Option<Arc<Published>> {
-        let st = self.lock();
         if !r.uid.is_empty() {
-            return st.workloads.get(r.uid.as_str()).map(|w| w.graph.clone());
+            return self
+                .board()
+                .workloads
+                .get(r.uid.as_str())
+                .map(|w| w.graph.clone());
         }
         let matches = |g: &pb::ObjectRef| {
             g.name == r.name
@@ -202,17 +214,22 @@ impl Index {
                 namespace: &r.namespace,
                 name: &r.name,
             };
-            let found = st
-                .by_name
-                .get_ignoring_kind_case(&Graph(&st.entries), key)
-                .and_then(|uid| st.workloads.get(uid))
+            let uid = {
+                let objects = self.objects();
+                objects
+                    .by_name
+                    .get_ignoring_kind_case(&Graph(&objects.entries), key)
+                    .cloned()
+            };
+            let found = uid
+                .and_then(|uid| self.board().workloads.get(&uid).cloned())
                 .filter(|w| w.graph.r#ref.as_ref().is_some_and(matches));
             if let Some(w) = found {
                 return Some(w.graph.clone());
             }
         }
-        st.workloads
-            .values()
+        let (all, _) = self.workloads_now();
+        all.into_iter()
             .find(|w| w.graph.r#ref.as_ref().is_some_and(matches))
             .map(|w| w.graph.clone())
     }
@@ -220,15 +237,16 @@ impl Index {
     /// True when an object of this kind/namespace/name is cached (whether or not it is a
     /// workload), and its `apiVersion`.
     pub fn object_api_version(&self, kind: &str, namespace: &str, name: &str) -> Option<String> {
-        let st = self.lock();
+        let objects = self.objects();
         let key = Name {
             kind,
             namespace,
             name,
         };
-        st.by_name
-            .get_ignoring_kind_case(&Graph(&st.entries), key)
-            .and_then(|uid| st.entries.get(uid))
+        objects
+            .by_name
+            .get_ignoring_kind_case(&Graph(&objects.entries), key)
+            .and_then(|uid| objects.entries.get(uid))
             .map(|e| e.cached.meta().api_version.clone())
     }
 
@@ -247,21 +265,27 @@ impl Index {
         &self,
         r: &pb::ObjectRef,
     ) -> Result<(Arc<Published>, pb::PodPlacement), bool> {
-        let st = self.lock();
-        let uid: &str = if r.uid.is_empty() {
-            let key = Name {
-                kind: "Pod",
-                namespace: &r.namespace,
-                name: &r.name,
+        let (uid, root) = {
+            let objects = self.objects();
+            let uid: super::Uid = if r.uid.is_empty() {
+                let key = Name {
+                    kind: "Pod",
+                    namespace: &r.namespace,
+                    name: &r.name,
+                };
+                objects
+                    .by_name
+                    .get(&Graph(&objects.entries), key)
+                    .cloned()
+                    .ok_or(false)?
+            } else {
+                objects.uid(&r.uid)
             };
-            st.by_name.get(&Graph(&st.entries), key).ok_or(false)?
-        } else {
-            &r.uid
+            let entry = objects.entries.get(&uid).ok_or(false)?;
+            (uid, entry.root.clone().ok_or(true)?)
         };
-        let entry = st.entries.get(uid).ok_or(false)?;
-        let root = entry.root.as_ref().ok_or(true)?;
-        let w = st.workloads.get(root).ok_or(true)?;
-        let placement = w.placements.get(uid).unwrap_or_default();
+        let w = self.board().workloads.get(&root).cloned().ok_or(true)?;
+        let placement = w.placements.get(&uid).unwrap_or_default();
         Ok((w.graph.clone(), placement))
     }
 
@@ -273,12 +297,13 @@ impl Index {
         offset: usize,
         limit: usize,
     ) -> (Vec<Arc<pb::Workload>>, bool, u64) {
-        let st = self.lock();
+        let (all, revision) = self.workloads_now();
         let selector = filter.selector();
-        let matching: Vec<&WorkloadEntry> = Self::entries_sorted(&st)
-            .into_iter()
-            .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
-            .collect();
+        let matching: Vec<Arc<WorkloadEntry>> = Self::sorted(
+            all.into_iter()
+                .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
+                .collect(),
+        );
         let more = matching.len().saturating_sub(offset) > limit;
         let page = matching
             .into_iter()
@@ -286,7 +311,7 @@ impl Index {
             .take(limit)
             .map(|w| Arc::new(w.graph.graph()))
             .collect();
-        (page, more, st.revision)
+        (page, more, revision)
     }
 
     /// Like [`Index::list`], from the first matching workload that sorts after `after`'s
@@ -298,12 +323,13 @@ impl Index {
         after: Option<&pb::ObjectRef>,
         limit: usize,
     ) -> (Vec<Arc<pb::Workload>>, bool, u64) {
-        let st = self.lock();
+        let (all, revision) = self.workloads_now();
         let selector = filter.selector();
-        let matching: Vec<&WorkloadEntry> = Self::entries_sorted(&st)
-            .into_iter()
-            .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
-            .collect();
+        let matching: Vec<Arc<WorkloadEntry>> = Self::sorted(
+            all.into_iter()
+                .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
+                .collect(),
+        );
         let start = after.map_or(0, |r| {
             let key = (&r.namespace, &r.kind, &r.name, &r.uid);
             matching.partition_point(|w| {
@@ -317,14 +343,14 @@ impl Index {
             .take(limit)
             .map(|w| Arc::new(w.graph.graph()))
             .collect();
-        (page, rest.len() > limit, st.revision)
+        (page, rest.len() > limit, revision)
     }
 
     /// The reference (apiVersion, kind, namespace, name, uid) of the cached object or pod
     /// with this uid.
     pub fn object_ref(&self, uid: &str) -> Option<pb::ObjectRef> {
-        let st = self.lock();
-        let meta = st.entries.get(uid)?.cached.meta();
+        let objects = self.objects();
+        let meta = objects.entries.get(uid)?.cached.meta();
         Some(pb::ObjectRef {
             api_version: meta.api_version.clone(),
             kind: meta.kind.clone(),
@@ -336,9 +362,9 @@ impl Index {
 
     /// Sums of desired and held resources, pods and workload counts, by `key`.
     pub fn totals(&self, key: TotalsKey, namespace: &str) -> (Vec<pb::TotalsRow>, u64) {
-        let st = self.lock();
+        let (all, revision) = self.workloads_now();
         let mut rows: BTreeMap<String, pb::TotalsRow> = BTreeMap::new();
-        for w in st.workloads.values() {
+        for w in &all {
             let g = &w.graph;
             let r = g.r#ref.clone().unwrap_or_default();
             if !namespace.is_empty() && r.namespace != namespace {
@@ -385,19 +411,22 @@ impl Index {
                 p.ready += x.ready;
             }
         }
-        (rows.into_values().collect(), st.revision)
+        (rows.into_values().collect(), revision)
     }
 
     /// Every matching workload now, with the current revision (a Watch snapshot).
     pub fn snapshot(&self, filter: &Filter) -> (Vec<Arc<Published>>, u64) {
-        let st = self.lock();
+        let (all, revision) = self.workloads_now();
         let selector = filter.selector();
-        let all = Self::entries_sorted(&st)
-            .into_iter()
-            .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
-            .map(|w| w.graph.clone())
-            .collect();
-        (all, st.revision)
+        let all = Self::sorted(
+            all.into_iter()
+                .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
+                .collect(),
+        )
+        .into_iter()
+        .map(|w| w.graph.clone())
+        .collect();
+        (all, revision)
     }
 
     /// What a subscriber filtered by `filter` and current to revision `since` must receive
@@ -418,19 +447,28 @@ impl Index {
         since: u64,
         filter: &Filter,
     ) -> Option<(Vec<Change>, u64, usize)> {
-        let st = self.lock();
-        let oldest = st.history.front().map_or(st.revision + 1, |c| c.revision);
-        // Older than the history, or from another replica or run (revisions start at a
-        // per-process epoch): RESET.
-        if (since + 1 < oldest && since < st.revision) || since > st.revision {
-            return None;
-        }
+        // The changes are copied out (Arc clones) under the board's read lock; filtering
+        // and coalescing run after it is released.
+        let (history, revision) = {
+            let board = self.board();
+            let oldest = board
+                .history
+                .front()
+                .map_or(board.revision + 1, |c| c.revision);
+            // Older than the history, or from another replica or run (revisions start at a
+            // per-process epoch): RESET.
+            if (since + 1 < oldest && since < board.revision) || since > board.revision {
+                return None;
+            }
+            let start = board.history.partition_point(|c| c.revision <= since);
+            let history: Vec<Change> = board.history.range(start..).cloned().collect();
+            (history, board.revision)
+        };
         let selector = filter.selector();
-        let start = st.history.partition_point(|c| c.revision <= since);
         // uid -> (in the view at `since`, latest change, changes merged into it).
         let mut latest: HashMap<&str, (bool, &Change, usize)> = HashMap::new();
         let mut matching = 0usize;
-        for c in st.history.range(start..) {
+        for c in &history {
             if !filter.matches_scope(&c.workload) {
                 continue;
             }
@@ -465,6 +503,6 @@ impl Index {
             .collect();
         out.sort_by_key(|c| c.revision);
         let coalesced = matching.saturating_sub(out.len());
-        Some((out, st.revision, coalesced))
+        Some((out, revision, coalesced))
     }
 }

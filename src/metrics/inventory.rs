@@ -116,6 +116,29 @@ impl Collector for Inventory {
                 .map(|((d, f), n)| ([("definition", d.as_str()), ("file", f.as_str())], *n)),
         )?;
 
+        gauges(
+            e,
+            "kartograf_definition_quarantined",
+            "1 while a definition is quarantined (its evaluations kept exceeding their budgets)",
+            catalog.definitions().map(|d| {
+                let q = i64::from(d.breaker().quarantined().is_some());
+                ([("definition", d.name.clone())], q)
+            }),
+        )?;
+        {
+            let mut metric = e.encode_descriptor(
+                "kartograf_evaluation_budget_exceeded",
+                "Evaluations ended by an exhausted budget, by definition and budget (work, memory, depth, time).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (definition, budget, n) in crate::definition::breaker::exceeded_totals() {
+                metric
+                    .encode_family(&[("definition", definition.as_str()), ("budget", budget)])?
+                    .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&n, None)?;
+            }
+        }
+
         let workloads = self.index.attributed_pods();
         let mut diagnostics: BTreeMap<(&str, &str), i64> = BTreeMap::new();
         for (w, _) in &workloads {

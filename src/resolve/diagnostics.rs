@@ -18,6 +18,10 @@ pub mod code {
     pub const EVAL_ERROR: &str = "eval_error";
     /// The resolve deadline passed; the rest of the graph is partial.
     pub const DEADLINE: &str = "deadline_exceeded";
+    /// An evaluation exceeded its work, memory, depth or time budget.
+    pub const BUDGET_EXCEEDED: &str = "budget_exceeded";
+    /// The definition is quarantined (its evaluations kept exceeding their budgets).
+    pub const QUARANTINED: &str = "definition_quarantined";
     /// The object could not be read (too large, too deep).
     pub const OBJECT_UNREADABLE: &str = "object_unreadable";
     /// A path yielded a value of the wrong type.

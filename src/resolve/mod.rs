@@ -421,6 +421,8 @@ enum Failure {
     Expired,
     /// The expression failed; the message is the diagnostic's.
     Error(String),
+    /// The evaluation exceeded a budget (already reported; never remembered).
+    Budget,
 }
 
 impl<'a> Resolver<'a> {
@@ -493,6 +495,20 @@ impl<'a> Resolver<'a> {
         if self.expired {
             return Err(Failure::Expired);
         }
+        if let Some(q) = self.def.breaker().quarantined() {
+            self.expired = true;
+            self.diags.push(
+                ERROR,
+                code::QUARANTINED,
+                format!(
+                    "definition `{}` is quarantined: {}; its expressions are not evaluated and the graph is partial",
+                    self.def.name, q.reason
+                ),
+                "",
+                "",
+            );
+            return Err(Failure::Expired);
+        }
         match expr.expr.eval_with(input, vars, self.deadline) {
             Ok(out) => Ok(out),
             Err(EvalError::Deadline) => {
@@ -505,6 +521,20 @@ impl<'a> Resolver<'a> {
                     expr.source(),
                 );
                 Err(Failure::Expired)
+            }
+            Err(EvalError::Budget(what)) => {
+                self.def.breaker().record(what);
+                self.diags.push(
+                    ERROR,
+                    code::BUDGET_EXCEEDED,
+                    format!(
+                        "{} of definition `{}` exceeded its {what} budget; the graph is partial",
+                        expr.path, self.def.name
+                    ),
+                    component,
+                    expr.source(),
+                );
+                Err(Failure::Budget)
             }
             Err(e) => Err(Failure::Error(format!("{} failed: {e}", expr.path))),
         }
@@ -520,7 +550,7 @@ impl<'a> Resolver<'a> {
     ) -> Option<Vec<Val>> {
         match self.try_eval(expr, input, vars, component) {
             Ok(out) => Some(out),
-            Err(Failure::Expired) => None,
+            Err(Failure::Expired | Failure::Budget) => None,
             Err(Failure::Error(message)) => {
                 self.diags
                     .push(WARNING, code::EVAL_ERROR, message, component, expr.source());
@@ -592,7 +622,7 @@ impl<'a> Resolver<'a> {
     ) -> (Option<Vec<Val>>, Option<String>, bool) {
         match self.try_eval(expr, pod, &[], component) {
             Ok(out) => (Some(out), None, true),
-            Err(Failure::Expired) => (None, None, false),
+            Err(Failure::Expired | Failure::Budget) => (None, None, false),
             Err(Failure::Error(message)) => {
                 self.diags.push(
                     WARNING,

@@ -94,6 +94,12 @@ impl pb::definitions_server::Definitions for DefinitionsService {
                 last_error: joined_errors(errors.iter().filter(|e| e.source == d.source)),
                 active: true,
                 components: d.components.iter().map(|c| c.name.clone()).collect(),
+                quarantined: d.breaker().quarantined().is_some(),
+                quarantine_reason: d
+                    .breaker()
+                    .quarantined()
+                    .map(|q| excerpt(&q.reason, TEXT_BYTES).into_owned())
+                    .unwrap_or_default(),
             })
             .collect();
         // Files whose definitions never loaded.
@@ -126,13 +132,21 @@ impl pb::definitions_server::Definitions for DefinitionsService {
         &self,
         request: Request<pb::ValidateDefinitionRequest>,
     ) -> Result<Response<pb::ValidateDefinitionResponse>, Status> {
-        validate_request(request.into_inner())
-            .map(Response::new)
-            .map_err(validate::bounded)
+        let req = request.into_inner();
+        // Compiling the candidate and evaluating it on the sample runs on the evaluation
+        // threads, under the same budgets as every evaluation.
+        let response = self
+            .shared
+            .evaluations
+            .run(move || validate_request(req))
+            .await
+            .and_then(|r| r)
+            .map_err(validate::bounded)?;
+        Ok(Response::new(response))
     }
 }
 
-/// Validates a candidate definition and previews it on the sample, if any.
+/// Validates a candidate definition and previews it on the sample, if one is given.
 fn validate_request(
     req: pb::ValidateDefinitionRequest,
 ) -> Result<pb::ValidateDefinitionResponse, Status> {

@@ -4,6 +4,7 @@
 mod admission;
 pub mod auth;
 mod definitions;
+pub mod evaluations;
 mod observe;
 mod paging;
 mod resolver;
@@ -39,6 +40,8 @@ pub struct Shared {
     pub shutdown: signal::Receiver<bool>,
     /// Metrics (RPCs, Watch); `/metrics` on the admin port exposes them.
     pub metrics: Arc<Metrics>,
+    /// Threads that evaluate callers' data (inline Resolve, ValidateDefinition previews).
+    pub evaluations: Arc<evaluations::Evaluations>,
 }
 
 impl Shared {
@@ -54,7 +57,14 @@ impl Shared {
             report,
             shutdown,
             metrics,
+            evaluations: evaluations::Evaluations::for_machine(),
         }
+    }
+
+    /// Uses `evaluations` for callers' data instead of one thread per core.
+    pub fn with_evaluations(mut self, evaluations: Arc<evaluations::Evaluations>) -> Shared {
+        self.evaluations = evaluations;
+        self
     }
 }
 

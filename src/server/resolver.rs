@@ -106,11 +106,14 @@ fn parse_json(text: &str, what: &str) -> Result<serde_json::Value, Status> {
 
 impl ResolverService {
     /// Answers `Resolve`; a cached workload is sent as its shared encoding.
-    pub(super) fn resolve_frame(&self, req: pb::ResolveRequest) -> Result<ResolveFrame, Status> {
-        self.resolve_checked(req).map_err(validate::bounded)
+    pub(super) async fn resolve_frame(
+        &self,
+        req: pb::ResolveRequest,
+    ) -> Result<ResolveFrame, Status> {
+        self.resolve_checked(req).await.map_err(validate::bounded)
     }
 
-    fn resolve_checked(&self, req: pb::ResolveRequest) -> Result<ResolveFrame, Status> {
+    async fn resolve_checked(&self, req: pb::ResolveRequest) -> Result<ResolveFrame, Status> {
         let index = &self.shared.index;
         validate::view("view", req.view)?;
         match req.target {
@@ -185,29 +188,38 @@ impl ResolverService {
                 }
             }
             Some(pb::resolve_request::Target::Inline(inline)) => {
-                let (root, pods) = parse_inline(&inline, "inline.")?;
                 let catalog = index.catalog();
-                let lookup = catalog
-                    .lookup(&root.meta.api_version, &root.meta.kind)
-                    .ok_or_else(|| {
-                        Status::failed_precondition(format!(
-                            "no definition covers {}/{}",
-                            echo(&root.meta.api_version),
-                            echo(&root.meta.kind)
-                        ))
-                    })?;
-                let mut w = resolve_inline(
-                    &lookup.definition,
-                    catalog.generation(),
-                    lookup.fallback_from.as_deref(),
-                    &root,
-                    &pods,
-                );
-                if req.view == pb::View::Summary as i32 {
-                    resolve::summarize(&mut w);
-                }
+                let view = req.view;
+                // Parsing and evaluating the caller's data runs on the evaluation threads.
+                let encoded = self
+                    .shared
+                    .evaluations
+                    .run(move || -> Result<Bytes, Status> {
+                        let (root, pods) = parse_inline(&inline, "inline.")?;
+                        let lookup = catalog
+                            .lookup(&root.meta.api_version, &root.meta.kind)
+                            .ok_or_else(|| {
+                                Status::failed_precondition(format!(
+                                    "no definition covers {}/{}",
+                                    echo(&root.meta.api_version),
+                                    echo(&root.meta.kind)
+                                ))
+                            })?;
+                        let mut w = resolve_inline(
+                            &lookup.definition,
+                            catalog.generation(),
+                            lookup.fallback_from.as_deref(),
+                            &root,
+                            &pods,
+                        );
+                        if view == pb::View::Summary as i32 {
+                            resolve::summarize(&mut w);
+                        }
+                        Ok(Bytes::from(w.encode_to_vec()))
+                    })
+                    .await??;
                 Ok(ResolveFrame {
-                    workload: Bytes::from(w.encode_to_vec()),
+                    workload: encoded,
                     pod: None,
                 })
             }
@@ -293,7 +305,7 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
         &self,
         request: Request<pb::ResolveRequest>,
     ) -> Result<Response<pb::ResolveResponse>, Status> {
-        let frame = self.resolve_frame(request.into_inner())?;
+        let frame = self.resolve_frame(request.into_inner()).await?;
         pb::ResolveResponse::decode(frame.to_vec().as_slice())
             .map(Response::new)
             .map_err(|e| Status::internal(format!("re-decoding a response: {e}")))

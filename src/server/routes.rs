@@ -62,7 +62,7 @@ where
                 let method = tower::service_fn(move |r: Request<pb::ResolveRequest>| {
                     let service = service.clone();
                     async move {
-                        let frame: ResolveFrame = service.resolve_frame(r.into_inner())?;
+                        let frame: ResolveFrame = service.resolve_frame(r.into_inner()).await?;
                         Ok::<_, Status>(Response::new(frame))
                     }
                 });

@@ -203,7 +203,7 @@ impl Publisher {
             "definitions published"
         );
         self.report.set(errors);
-        self.index.set_catalog(catalog);
+        self.index.feed().set_catalog(catalog);
         self.generation.send_replace(generation);
     }
 

@@ -23,7 +23,7 @@
 
 use crate::definition::catalog::version_priority;
 use crate::definition::{Catalog, GroupVersionKind, model};
-use crate::index::Index;
+use crate::index::{Feed, Index};
 use crate::object::Cached;
 use crate::source::definitions::Publisher;
 use ::kube::api::{Api, ApiResource, DynamicObject};
@@ -184,7 +184,7 @@ fn source_name(ar: &ApiResource) -> String {
 /// Readiness of [`SOURCE`]: which kinds delivered their first list (or were released), and
 /// (once the startup discovery is done) which startup kinds are still outstanding.
 struct Gate {
-    index: Arc<Index>,
+    feed: Feed,
     state: Mutex<GateState>,
 }
 
@@ -205,7 +205,7 @@ impl Gate {
         let pending: HashSet<String> = kinds.difference(&st.finished).cloned().collect();
         if pending.is_empty() {
             tracing::info!("kubernetes: every initial list is in; synced");
-            self.index.mark_synced(SOURCE);
+            self.feed.mark_synced(SOURCE);
         }
         st.pending = Some(pending);
     }
@@ -219,7 +219,7 @@ impl Gate {
             && pending.is_empty()
         {
             tracing::info!("kubernetes: every initial list is in; synced");
-            self.index.mark_synced(SOURCE);
+            self.feed.mark_synced(SOURCE);
         }
     }
 }
@@ -251,6 +251,7 @@ async fn discover(client: &::kube::Client, versions: &[GroupVersionKind]) -> Dis
 struct Ctx {
     client: ::kube::Client,
     index: Arc<Index>,
+    feed: Feed,
     gate: Gate,
     publisher: Option<Arc<Publisher>>,
     settings: Settings,
@@ -305,12 +306,14 @@ pub async fn run(
     publisher: Option<Arc<Publisher>>,
 ) {
     let mut catalog_changes = publisher.as_ref().map(|p| p.subscribe());
+    let feed = index.feed();
     let ctx = Arc::new(Ctx {
         client,
         gate: Gate {
-            index: index.clone(),
+            feed: feed.clone(),
             state: Mutex::default(),
         },
+        feed,
         index,
         publisher,
         settings,
@@ -477,7 +480,7 @@ async fn drive<K: IntoJson>(
                 match mode {
                     Mode::Definitions => replace_definitions(ctx, &std::mem::take(&mut kartas)),
                     Mode::Full | Mode::Metadata => {
-                        replace_objects(ctx, &source, std::mem::take(&mut buffer))
+                        replace_objects(ctx, &source, std::mem::take(&mut buffer)).await
                     }
                 }
                 ctx.on_event(&source, "list");
@@ -497,11 +500,7 @@ async fn drive<K: IntoJson>(
                         p.update(|l| l.apply_cluster(&key, &origin, &json));
                     }
                     (Mode::Definitions, None) => {}
-                    _ => {
-                        if let Err(e) = ctx.index.apply(&json, &source) {
-                            tracing::warn!(source = %source, "kubernetes: object skipped: {e}");
-                        }
-                    }
+                    _ => ctx.feed.apply(json, &source).await,
                 }
             }
             Event::Delete(obj) => {
@@ -515,7 +514,7 @@ async fn drive<K: IntoJson>(
                         p.update(|l| l.delete_cluster(&key));
                     }
                     (Mode::Definitions, None) => {}
-                    _ => ctx.index.delete(&identity(&json)),
+                    _ => ctx.feed.delete(identity(&json)).await,
                 }
             }
         }
@@ -524,9 +523,9 @@ async fn drive<K: IntoJson>(
 }
 
 /// A full (re)list of a kind replaces its objects in the index.
-fn replace_objects(ctx: &Ctx, source: &str, items: Vec<Result<Cached, String>>) {
+async fn replace_objects(ctx: &Ctx, source: &str, items: Vec<Result<Cached, String>>) {
     let objects = items.len();
-    let skipped = ctx.index.reset_converted(source, items);
+    let skipped = ctx.feed.reset(source, items).await;
     tracing::info!(
         source = %source,
         objects,

@@ -56,15 +56,19 @@ pub fn read_all(dir: &Path) -> (Vec<serde_json::Value>, Vec<String>, u64) {
 pub async fn run(index: Arc<Index>, dir: PathBuf) {
     // Watch first, so no edit made right after the initial load is missed.
     let watcher = super::watch_dir(&dir);
-    let (docs, problems, mut last) = read_all(&dir);
+    let feed = index.feed();
+    let Some((docs, problems, mut last)) = read_converted(&index, &dir).await else {
+        return;
+    };
     for p in problems {
         tracing::warn!(problem = %p, "skipped a manifest file");
     }
-    for skipped in index.reset(SOURCE, &docs) {
+    let documents = docs.len();
+    for skipped in feed.reset(SOURCE, docs).await {
         tracing::warn!(%skipped, "skipped a manifest document");
     }
-    index.mark_synced(SOURCE);
-    tracing::info!(dir = %dir.display(), documents = docs.len(), revision = index.revision(), "manifests loaded");
+    feed.mark_synced(SOURCE);
+    tracing::info!(dir = %dir.display(), documents, revision = index.revision(), "manifests loaded");
     let (_watcher, mut ticks) = match watcher {
         Ok(w) => w,
         Err(e) => {
@@ -73,7 +77,9 @@ pub async fn run(index: Arc<Index>, dir: PathBuf) {
         }
     };
     while ticks.recv().await.is_some() {
-        let (docs, problems, hash) = read_all(&dir);
+        let Some((docs, problems, hash)) = read_converted(&index, &dir).await else {
+            return;
+        };
         if hash == last {
             continue;
         }
@@ -81,14 +87,32 @@ pub async fn run(index: Arc<Index>, dir: PathBuf) {
         for p in problems {
             tracing::warn!(problem = %p, "skipped a manifest file");
         }
-        let skipped = index.reset(SOURCE, &docs);
+        let documents = docs.len();
+        let skipped = feed.reset(SOURCE, docs).await;
         for s in skipped {
             tracing::warn!(skipped = %s, "skipped a manifest document");
         }
-        tracing::info!(
-            documents = docs.len(),
-            revision = index.revision(),
-            "manifests reloaded"
-        );
+        tracing::info!(documents, revision = index.revision(), "manifests reloaded");
+    }
+}
+
+/// Documents converted for the index.
+type Converted = Vec<Result<crate::object::Cached, String>>;
+
+/// Reads and converts every document below `dir` on a blocking thread (off the runtime's
+/// workers); `None` when that thread could not run.
+async fn read_converted(index: &Arc<Index>, dir: &Path) -> Option<(Converted, Vec<String>, u64)> {
+    let (index, dir) = (index.clone(), dir.to_path_buf());
+    let read = tokio::task::spawn_blocking(move || {
+        let (docs, problems, hash) = read_all(&dir);
+        let converted = docs.iter().map(|d| index.convert(d)).collect();
+        (converted, problems, hash)
+    });
+    match read.await {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::error!(error = %e, "reading the manifest directory failed");
+            None
+        }
     }
 }

@@ -455,6 +455,59 @@ proptest! {
     }
 }
 
+/// A program from [`program`] inside an amplifier: nested iteration over a large input,
+/// doubling, repetition, printing — the shapes that make one output expensive.
+fn amplified_program() -> impl Strategy<Value = String> {
+    (program(), program(), 0usize..10).prop_map(|(a, b, form)| match form {
+        0 => format!("[.spec.items[] as $x | .spec.items[] | {a}] | length"),
+        1 => format!("reduce range(1000) as $i ({a}; . + .)"),
+        2 => format!("reduce range(1000) as $i ({a}; [., {b}])"),
+        3 => format!("\"\\({a})\" * 100000"),
+        4 => format!("[.spec.items[] | {a}] | tojson | tojson | length"),
+        5 => format!("[.spec.items[] as $x | {a} | {b}] | sort | length"),
+        6 => format!("reduce .spec.items[] as $x ({a}; {{k: ., v: {b}}}) | tojson"),
+        7 => format!("[.spec.items[] | tostring] | join({a}) | . * 10 | length"),
+        8 => format!("(.spec.items | map({a})) as $m | [$m[] as $x | $m[] | {b}] | length"),
+        _ => format!("reduce range(60) as $i ({a}; tojson)"),
+    })
+}
+
+/// A large workload-like input: 5,000 items.
+fn large_input() -> Val {
+    static LARGE: std::sync::OnceLock<Val> = std::sync::OnceLock::new();
+    LARGE
+        .get_or_init(|| {
+            let items: Vec<serde_json::Value> = (0..5000)
+                .map(|i| json!({"name": format!("item-{i}"), "value": i, "tags": ["a", "b"]}))
+                .collect();
+            let json =
+                json!({"metadata": {"name": "big"}, "spec": {"replicas": 3, "items": items}});
+            kartograf::expr::value::from_json(&json, Limits::default()).unwrap_or(Val::Null)
+        })
+        .clone()
+}
+
+proptest! {
+    #![proptest_config(config(96))]
+
+    /// Whatever passes the gate ends within its budget on a large input, on a 2 MiB test
+    /// thread: no abort, no stack overflow, no hang.
+    #[test]
+    fn amplified_programs_end_within_their_budget_on_large_inputs(program in amplified_program()) {
+        let p = program.clone();
+        let elapsed = guarded(program, move || {
+            let started = Instant::now();
+            if let Ok(expr) = Expr::compile(&p) {
+                let budget = kartograf::expr::Budget::DEFAULT;
+                let _ = expr.eval_budgeted(&large_input(), &[], None, budget);
+            }
+            started.elapsed()
+        })?;
+        // The time budget is 100 ms; a debug build on a shared machine adds overshoot.
+        prop_assert!(elapsed < Duration::from_secs(3), "took {:?}", elapsed);
+    }
+}
+
 #[test]
 fn the_grammar_yields_accepted_and_refused_programs() {
     // Guards the property above against vacuity: the sample reaches the compiler and the
@@ -567,4 +620,31 @@ fn deeply_nested_programs_are_refused_without_overflowing_the_stack() {
             Ok(()) => assert!(!refused, "{what} is refused"),
         }
     }
+}
+
+#[test]
+fn amplified_programs_reach_the_evaluator_and_its_budget() {
+    // Guards the property above against vacuity: many sampled programs pass the gate, and
+    // some of those run out of budget.
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let strategy = amplified_program();
+    let (mut compiled, mut exceeded) = (0, 0);
+    for _ in 0..150 {
+        let program = strategy.new_tree(&mut runner).expect("a program").current();
+        if let Ok(expr) = Expr::compile(&program) {
+            compiled += 1;
+            let (_, error) =
+                expr.eval_budgeted(&large_input(), &[], None, kartograf::expr::Budget::DEFAULT);
+            if matches!(error, Some(kartograf::expr::EvalError::Budget(_))) {
+                exceeded += 1;
+            }
+        }
+    }
+    assert!(compiled >= 20, "only {compiled} of 150 programs compiled");
+    assert!(
+        exceeded >= 5,
+        "only {exceeded} of {compiled} compiled programs exceeded a budget"
+    );
 }

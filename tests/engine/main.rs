@@ -1,6 +1,7 @@
 //! Engine tests: expressions, definitions, resolution and the offline CLI, in one test
 //! binary (one link) as the build guide asks.
 
+mod budget;
 mod catalog;
 mod cli;
 mod common;

@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 
-/// A `kartograf serve` process over the demo cluster; killed when dropped.
-struct Process {
-    child: Child,
-    grpc: SocketAddr,
-    admin: SocketAddr,
+/// A `kartograf serve` process; killed when dropped.
+pub(crate) struct Process {
+    pub child: Child,
+    pub grpc: SocketAddr,
+    pub admin: SocketAddr,
 }
 
 impl Drop for Process {
@@ -60,13 +60,25 @@ fn startup_addresses(line: &str) -> Option<(SocketAddr, SocketAddr)> {
     Some((field("grpc=")?, field("admin=")?))
 }
 
-/// Starts the binary on ephemeral ports and waits for its startup line.
+/// Starts the binary over the demo cluster on ephemeral ports and waits for its startup line.
 fn spawn(log_format: &str, env: &[(&str, String)]) -> Process {
     let cluster = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster");
+    spawn_serving(&cluster, &[], log_format, env)
+}
+
+/// Starts `kartograf serve --manifests cluster ARGS…` on ephemeral ports and waits for its
+/// startup line.
+pub(crate) fn spawn_serving(
+    cluster: &std::path::Path,
+    args: &[&std::ffi::OsStr],
+    log_format: &str,
+    env: &[(&str, String)],
+) -> Process {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kartograf"));
     command
         .args(["serve", "--manifests"])
-        .arg(&cluster)
+        .arg(cluster)
+        .args(args)
         .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .args(["--log-level", "info", "--log-format", log_format])
         .env_remove("RUST_LOG")
@@ -98,7 +110,7 @@ fn spawn(log_format: &str, env: &[(&str, String)]) -> Process {
 }
 
 /// A minimal HTTP/1.1 GET: (status, content type, body).
-async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("write");

@@ -1,0 +1,162 @@
+//! The index's writer thread: sources running on the async runtime hand their changes to it
+//! instead of calling the index themselves, so conversion of relists aside, no resolution
+//! (and no jq evaluation) runs on the runtime's workers.
+//!
+//! Changes are applied in arrival order and in batches: the thread takes what has queued up
+//! (at most [`BATCH`] operations), applies it under one hold of the writer lock and resolves
+//! the affected workloads once per batch, so a burst of pod events costs one resolution per
+//! workload rather than one per event. Senders wait (asynchronously) when [`QUEUE`]
+//! operations are in flight.
+
+use super::Index;
+use crate::definition::Catalog;
+use crate::object::Cached;
+use serde_json::Value as Json;
+use std::sync::{Arc, Weak};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+
+/// Operations in flight before senders wait.
+pub const QUEUE: usize = 4096;
+/// Operations applied per batch at most.
+pub const BATCH: usize = 1024;
+
+enum Op {
+    Apply(Json, Arc<str>, OwnedSemaphorePermit),
+    Delete(String, OwnedSemaphorePermit),
+    Reset(
+        Arc<str>,
+        Vec<Result<Cached, String>>,
+        oneshot::Sender<Vec<String>>,
+    ),
+    Reresolve,
+    MarkSynced(String),
+    Barrier(oneshot::Sender<()>),
+}
+
+/// A handle for sending changes to the index's writer thread. Cheap to clone.
+#[derive(Clone)]
+pub struct Feed {
+    tx: mpsc::UnboundedSender<Op>,
+    permits: Arc<Semaphore>,
+    index: Weak<Index>,
+}
+
+impl Feed {
+    /// Starts the writer thread of `index`.
+    pub(super) fn start(index: &Arc<Index>) -> Feed {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let weak = Arc::downgrade(index);
+        let thread = weak.clone();
+        let started = std::thread::Builder::new()
+            .name("kartograf-index".to_owned())
+            .stack_size(32 * 1024 * 1024)
+            .spawn(move || write_loop(thread, rx));
+        if let Err(e) = started {
+            tracing::error!(error = %e, "cannot start the index writer thread");
+        }
+        Feed {
+            tx,
+            permits: Arc::new(Semaphore::new(QUEUE)),
+            index: weak,
+        }
+    }
+
+    async fn permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.permits.clone().acquire_owned().await.ok()
+    }
+
+    /// Adds or replaces one object from `source`.
+    pub async fn apply(&self, json: Json, source: &str) {
+        if let Some(p) = self.permit().await {
+            let _ = self.tx.send(Op::Apply(json, Arc::from(source), p));
+        }
+    }
+
+    /// Removes one object by uid (or identity).
+    pub async fn delete(&self, uid: String) {
+        if let Some(p) = self.permit().await {
+            let _ = self.tx.send(Op::Delete(uid, p));
+        }
+    }
+
+    /// Replaces everything `source` holds (see [`Index::reset_converted`]); returns the
+    /// skipped documents once applied.
+    pub async fn reset(&self, source: &str, items: Vec<Result<Cached, String>>) -> Vec<String> {
+        let (done, applied) = oneshot::channel();
+        if self
+            .tx
+            .send(Op::Reset(Arc::from(source), items, done))
+            .is_err()
+        {
+            return Vec::new();
+        }
+        applied.await.unwrap_or_default()
+    }
+
+    /// Publishes `catalog` at once (lookups and new resolutions use it from now on) and
+    /// queues the re-resolution of the workloads it may change.
+    pub fn set_catalog(&self, catalog: Catalog) {
+        if let Some(index) = self.index.upgrade() {
+            index.store_catalog(catalog);
+        }
+        let _ = self.tx.send(Op::Reresolve);
+    }
+
+    /// Marks `source`'s first full sync done, after everything sent before it is applied.
+    pub fn mark_synced(&self, source: &str) {
+        let _ = self.tx.send(Op::MarkSynced(source.to_owned()));
+    }
+
+    /// Waits until everything sent before is applied and published.
+    pub async fn flush(&self) {
+        let (done, applied) = oneshot::channel();
+        if self.tx.send(Op::Barrier(done)).is_ok() {
+            let _ = applied.await;
+        }
+    }
+}
+
+fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
+    while let Some(first) = rx.blocking_recv() {
+        let Some(index) = index.upgrade() else {
+            return;
+        };
+        let mut after: Vec<Op> = Vec::new();
+        let mut replies: Vec<(oneshot::Sender<Vec<String>>, Vec<String>)> = Vec::new();
+        let mut batch = index.batch();
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(op) = next.take() {
+            taken += 1;
+            match op {
+                Op::Apply(json, source, _permit) => {
+                    if let Err(e) = batch.apply(&json, &source) {
+                        tracing::warn!(source = %source, "object skipped: {e}");
+                    }
+                }
+                Op::Delete(uid, _permit) => batch.delete(&uid),
+                Op::Reset(source, items, done) => {
+                    replies.push((done, batch.reset_converted(&source, items)));
+                }
+                Op::Reresolve => batch.reresolve(),
+                op @ (Op::MarkSynced(_) | Op::Barrier(_)) => after.push(op),
+            }
+            if taken < BATCH && after.is_empty() {
+                next = rx.try_recv().ok();
+            }
+        }
+        drop(batch);
+        for (done, skipped) in replies {
+            let _ = done.send(skipped);
+        }
+        for op in after {
+            match op {
+                Op::MarkSynced(source) => index.mark_synced(&source),
+                Op::Barrier(done) => {
+                    let _ = done.send(());
+                }
+                _ => {}
+            }
+        }
+    }
+}
