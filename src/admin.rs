@@ -3,19 +3,40 @@
 //! - `/livez`: 200 while the process runs.
 //! - `/readyz`: 200 once every source finished its first full sync and the server is not
 //!   shutting down; otherwise 503 with a one-line reason.
-//! - `/metrics`: every `kartograf_*` metric as OpenMetrics text.
+//! - `/metrics`: every `kartograf_*` metric as OpenMetrics text. With metrics
+//!   authentication (`serve --metrics-auth`), only for `Authorization: Bearer <token>` with a
+//!   token of the `--auth-tokens` file that has the `metrics` scope (or `*`): 401 without a
+//!   known token, 403 for a token without the scope. `/livez` and `/readyz` stay open.
 //! - anything else: 404.
 
 use crate::metrics::CONTENT_TYPE;
-use crate::server::Shared;
+use crate::server::{Shared, Tokens};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
+use std::sync::Arc;
 
-/// The answer to one admin request.
+/// The answer to one admin request, with `/metrics` open.
 pub fn route(shared: &Shared, path: &str) -> Response<Full<Bytes>> {
+    route_guarded(shared, path, None, None)
+}
+
+/// The answer to one admin request; with `metrics_tokens`, `/metrics` needs a bearer token
+/// with the `metrics` scope in `authorization` (the request's `Authorization` header).
+pub fn route_guarded(
+    shared: &Shared,
+    path: &str,
+    metrics_tokens: Option<&Tokens>,
+    authorization: Option<&[u8]>,
+) -> Response<Full<Bytes>> {
+    if path == "/metrics"
+        && let Some(tokens) = metrics_tokens
+        && let Err(denied) = tokens.authorize_metrics(authorization)
+    {
+        return refused(&denied);
+    }
     match path {
         "/livez" => text(StatusCode::OK, "ok\n".to_owned()),
         "/readyz" => match not_ready(shared) {
@@ -50,6 +71,19 @@ fn not_ready(shared: &Shared) -> Option<String> {
     }
 }
 
+/// 401 (with a `WWW-Authenticate: Bearer` challenge) or 403, with the reason.
+fn refused(denied: &tonic::Status) -> Response<Full<Bytes>> {
+    if denied.code() == tonic::Code::PermissionDenied {
+        return text(StatusCode::FORBIDDEN, format!("{}\n", denied.message()));
+    }
+    let mut response = text(StatusCode::UNAUTHORIZED, format!("{}\n", denied.message()));
+    response.headers_mut().insert(
+        hyper::header::WWW_AUTHENTICATE,
+        hyper::header::HeaderValue::from_static("Bearer realm=\"kartograf metrics\""),
+    );
+    response
+}
+
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
@@ -62,6 +96,16 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 
 /// Serves the admin port on an already bound listener until the task is dropped or aborted.
 pub async fn serve(listener: tokio::net::TcpListener, shared: Shared) {
+    serve_guarded(listener, shared, None).await
+}
+
+/// [`serve`], with `/metrics` only for bearer tokens of `metrics_tokens` that have the
+/// `metrics` scope (when set).
+pub async fn serve_guarded(
+    listener: tokio::net::TcpListener,
+    shared: Shared,
+    metrics_tokens: Option<Arc<Tokens>>,
+) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -73,15 +117,30 @@ pub async fn serve(listener: tokio::net::TcpListener, shared: Shared) {
             }
         };
         let shared = shared.clone();
+        let tokens = metrics_tokens.clone();
         tokio::spawn(async move {
             let service =
                 hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
                     let shared = shared.clone();
+                    let tokens = tokens.clone();
+                    let path = request.uri().path().to_owned();
+                    // Checked before anything is rendered: a refused scrape costs nothing.
+                    let refusal = tokens
+                        .as_deref()
+                        .filter(|_| path == "/metrics")
+                        .and_then(|t| {
+                            let authorization = request
+                                .headers()
+                                .get(hyper::header::AUTHORIZATION)
+                                .map(|v| v.as_bytes());
+                            t.authorize_metrics(authorization).err()
+                        });
                     async move {
-                        let path = request.uri().path().to_owned();
                         // A scrape renders every workload's and pod's series: on a blocking
                         // thread, so /livez and /readyz never wait behind it.
-                        let response = if path == "/metrics" {
+                        let response = if let Some(denied) = refusal {
+                            refused(&denied)
+                        } else if path == "/metrics" {
                             tokio::task::spawn_blocking(move || route(&shared, &path))
                                 .await
                                 .unwrap_or_else(|_| {

@@ -180,14 +180,14 @@ impl Snapshot {
         let (kind, name) = t.split_once('/').ok_or_else(|| {
             SnapshotError::NotFound(format!("`{t}` is not of the form KIND/NAME"))
         })?;
-        let kind = kind
-            .split('.')
-            .next()
-            .unwrap_or_default()
-            .to_ascii_lowercase();
+        // `kind` or `kind.group`, as kubectl takes them.
+        let (kind, group) = kind.split_once('.').unwrap_or((kind, ""));
+        let kind = kind.to_ascii_lowercase();
         let named = |m: &ObjectMeta| {
             let k = m.kind.to_ascii_lowercase();
-            (k == kind || format!("{k}s") == kind) && m.name == name
+            (k == kind || format!("{k}s") == kind)
+                && m.name == name
+                && (group.is_empty() || m.gvk().group == group)
         };
         let mut matches: Vec<ObjectMeta> = roots.iter().filter(|m| named(m)).cloned().collect();
         if matches.is_empty() {
@@ -202,20 +202,44 @@ impl Snapshot {
                 "no workload {t}; the files hold: {}",
                 describe(&roots)
             ))),
-            many => {
-                let namespaces: std::collections::BTreeSet<&str> =
-                    many.iter().map(|m| m.namespace.as_str()).collect();
-                let hint = if namespaces.len() > 1 {
-                    "narrow with -n NAMESPACE"
-                } else {
-                    "they differ only by kind or API group; name the kind as KIND.GROUP is not supported, so keep only one of them in the files"
-                };
-                Err(SnapshotError::Ambiguous(format!(
-                    "several workloads match ({hint}): {}",
-                    describe(many)
-                )))
-            }
+            many => Err(SnapshotError::Ambiguous(self.ambiguity(many))),
         }
+    }
+
+    /// Why `matches` (two or more distinct objects) are ambiguous, and what would tell them
+    /// apart: `-n`, the API group, or passing only one file.
+    fn ambiguity(&self, matches: &[ObjectMeta]) -> String {
+        let describe = |m: &ObjectMeta| {
+            let file = self.seen.get(&m.identity()).map_or("", String::as_str);
+            let uid = if m.uid.is_empty() {
+                String::new()
+            } else {
+                format!(" uid {}", m.uid)
+            };
+            format!("{} {}/{}{uid} in {file}", m.api_version, m.kind, m.key())
+        };
+        let listed: Vec<String> = matches.iter().map(describe).collect();
+        let first = &matches[0];
+        let all = |same: &dyn Fn(&ObjectMeta) -> bool| matches.iter().all(same);
+        if !all(&|m| m.namespace == first.namespace) {
+            return format!(
+                "several workloads match; narrow with -n NAMESPACE: {}",
+                listed.join("; ")
+            );
+        }
+        if !all(&|m| m.gvk().group == first.gvk().group) {
+            return format!(
+                "several workloads match; name one with its API group as KIND.GROUP/NAME (e.g. {}.{}/{}): {}",
+                first.kind.to_ascii_lowercase(),
+                first.gvk().group,
+                first.name,
+                listed.join("; ")
+            );
+        }
+        format!(
+            "different objects with the same kind, namespace and name: {}; pass only the file that holds the one you mean with -f",
+            listed.join("; ")
+        )
     }
 
     /// Resolves the workload `root` with the pods whose controller chain reaches it.

@@ -106,6 +106,10 @@ pub struct Args {
     /// changes). Health checks stay open.
     #[arg(long, env = "KARTOGRAF_AUTH_TOKENS", value_name = "FILE")]
     pub auth_tokens: Option<PathBuf>,
+    /// Serve the admin port's /metrics only to bearer tokens of --auth-tokens with the
+    /// `metrics` scope (or `*`); /livez and /readyz stay open.
+    #[arg(long, env = "KARTOGRAF_METRICS_AUTH", requires = "auth_tokens")]
+    pub metrics_auth: bool,
     /// Threads that evaluate callers' data (inline Resolve, ValidateDefinition previews);
     /// 0: one per core. Requests beyond these and a queue of four per thread are shed with
     /// RESOURCE_EXHAUSTED.
@@ -216,8 +220,18 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("binding the admin port {}", args.admin_listen))?;
     let admin_local = admin_listener.local_addr()?;
     let tls = args.tls_cert.is_some();
-    tracing::info!(grpc = %local, admin = %admin_local, source = %origin, tls, "kartograf serving");
-    let admin = tokio::spawn(crate::admin::serve(admin_listener, shared.clone()));
+    let metrics_auth = args.metrics_auth;
+    tracing::info!(grpc = %local, admin = %admin_local, source = %origin, tls, metrics_auth, "kartograf serving");
+    let metrics_tokens = if args.metrics_auth {
+        tokens.clone()
+    } else {
+        None
+    };
+    let admin = tokio::spawn(crate::admin::serve_guarded(
+        admin_listener,
+        shared.clone(),
+        metrics_tokens,
+    ));
     let settings = Settings {
         listen: local,
         request_timeout: args.request_timeout,

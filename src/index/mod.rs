@@ -14,6 +14,7 @@ mod offline;
 mod placements;
 mod published;
 mod query;
+pub mod selector;
 mod unowned;
 
 pub use feed::{Feed, Update};

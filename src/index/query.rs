@@ -13,19 +13,28 @@ pub struct Filter {
     pub namespace: String,
     /// Only these kinds (case-insensitive `Kind`, or `group/Kind`); empty: all.
     pub kinds: Vec<String>,
-    /// Kubernetes equality-based label selector on the root object (`a=b,c!=d,e`).
+    /// Kubernetes label selector on the root object ([`super::selector`]).
     pub label_selector: String,
 }
 
+/// A parsed label selector, or one that matches nothing (the filter's selector did not parse).
+struct Selector(Option<super::selector::Selector>);
+
+impl Selector {
+    fn matches(&self, labels: &[(String, String)]) -> bool {
+        self.0.as_ref().is_some_and(|s| s.matches(labels))
+    }
+}
+
 impl Filter {
-    /// Checks the selector syntax.
+    /// Checks the selector syntax (see [`super::selector::parse`]).
     pub fn validate(&self) -> Result<(), String> {
-        parse_selector(&self.label_selector).map(|_| ())
+        super::selector::parse(&self.label_selector).map(|_| ())
     }
 
     /// The parsed label selector; one that does not parse matches nothing.
     fn selector(&self) -> Selector {
-        Selector(parse_selector(&self.label_selector).ok())
+        Selector(super::selector::parse(&self.label_selector).ok())
     }
 
     /// Namespace and kind only.
@@ -50,62 +59,6 @@ impl Filter {
         }
         true
     }
-}
-
-/// A parsed label selector (`None`: invalid, matches nothing).
-struct Selector(Option<Vec<Requirement>>);
-
-impl Selector {
-    fn matches(&self, labels: &[(String, String)]) -> bool {
-        self.0
-            .as_ref()
-            .is_some_and(|reqs| reqs.iter().all(|req| req.matches(labels)))
-    }
-}
-
-enum Requirement {
-    Eq(String, String),
-    Ne(String, String),
-    Exists(String),
-    NotExists(String),
-}
-
-impl Requirement {
-    fn matches(&self, labels: &[(String, String)]) -> bool {
-        let get = |k: &str| {
-            labels
-                .iter()
-                .find(|(lk, _)| lk == k)
-                .map(|(_, v)| v.as_str())
-        };
-        match self {
-            Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
-            Requirement::Ne(k, v) => get(k) != Some(v.as_str()),
-            Requirement::Exists(k) => get(k).is_some(),
-            Requirement::NotExists(k) => get(k).is_none(),
-        }
-    }
-}
-
-fn parse_selector(s: &str) -> Result<Vec<Requirement>, String> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let req = if let Some((k, v)) = part.split_once("!=") {
-            Requirement::Ne(k.trim().to_owned(), v.trim().to_owned())
-        } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
-            Requirement::Eq(k.trim().to_owned(), v.trim().to_owned())
-        } else if let Some(k) = part.strip_prefix('!') {
-            Requirement::NotExists(k.trim().to_owned())
-        } else if part.contains(' ') || part.contains('(') {
-            return Err(format!(
-                "unsupported selector `{part}`: use key=value, key!=value, key or !key"
-            ));
-        } else {
-            Requirement::Exists(part.to_owned())
-        };
-        out.push(req);
-    }
-    Ok(out)
 }
 
 /// How much the index holds (for metrics).
@@ -143,9 +96,10 @@ pub enum TotalsKey {
     Workload,
 }
 
-fn sort_key(w: &pb::Workload) -> (String, String, String) {
+/// The list order: (namespace, kind, name), ties broken by uid so that the order is total.
+fn sort_key(w: &pb::Workload) -> (String, String, String, String) {
     let r = w.r#ref.clone().unwrap_or_default();
-    (r.namespace, r.kind, r.name)
+    (r.namespace, r.kind, r.name, r.uid)
 }
 
 fn add_resources(into: &mut pb::Resources, r: &pb::Resources) {
@@ -358,6 +312,52 @@ impl Index {
             .map(|w| Arc::new(w.graph.graph()))
             .collect();
         (page, more, revision)
+    }
+
+    /// Like [`Index::list`], from the first matching workload that sorts after `after`'s
+    /// (namespace, kind, name, uid) instead of from an offset: a position that keeps its
+    /// meaning while workloads come and go (nothing is skipped or repeated because of them).
+    pub fn list_after(
+        &self,
+        filter: &Filter,
+        after: Option<&pb::ObjectRef>,
+        limit: usize,
+    ) -> (Vec<Arc<pb::Workload>>, bool, u64) {
+        let (all, revision) = self.workloads_now();
+        let selector = filter.selector();
+        let matching: Vec<Arc<WorkloadEntry>> = Self::sorted(
+            all.into_iter()
+                .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
+                .collect(),
+        );
+        let start = after.map_or(0, |r| {
+            let key = (&r.namespace, &r.kind, &r.name, &r.uid);
+            matching.partition_point(|w| {
+                let k = sort_key(&w.graph);
+                (&k.0, &k.1, &k.2, &k.3) <= key
+            })
+        });
+        let rest = &matching[start..];
+        let page = rest
+            .iter()
+            .take(limit)
+            .map(|w| Arc::new(w.graph.graph()))
+            .collect();
+        (page, rest.len() > limit, revision)
+    }
+
+    /// The reference (apiVersion, kind, namespace, name, uid) of the cached object or pod
+    /// with this uid.
+    pub fn object_ref(&self, uid: &str) -> Option<pb::ObjectRef> {
+        let objects = self.objects();
+        let meta = objects.entries.get(uid)?.cached.meta();
+        Some(pb::ObjectRef {
+            api_version: meta.api_version.clone(),
+            kind: meta.kind.clone(),
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone(),
+            uid: meta.uid.clone(),
+        })
     }
 
     /// Sums of desired and held resources, pods and workload counts, by `key`.

@@ -1,5 +1,8 @@
-//! Collecting diagnostics for one graph, de-duplicated.
+//! Collecting diagnostics for one graph, de-duplicated. A diagnostic's message and
+//! expression are cut to [`TEXT_BYTES`] each (with the full length shown), so a value an
+//! object or an expression produced cannot make a graph, or an answer, grow without bound.
 
+use crate::excerpt::{TEXT_BYTES, excerpt};
 use crate::proto::v1::Diagnostic;
 
 /// Severity `info`: something a reader may want to know.
@@ -50,7 +53,8 @@ pub struct Diagnostics {
 }
 
 impl Diagnostics {
-    /// Adds a diagnostic unless an identical one exists.
+    /// Adds a diagnostic unless an identical one exists; message and expression are cut to
+    /// [`TEXT_BYTES`].
     pub fn push(
         &mut self,
         severity: &str,
@@ -59,12 +63,14 @@ impl Diagnostics {
         component: &str,
         expression: &str,
     ) {
+        let mut message = message.into();
+        crate::excerpt::bound(&mut message, TEXT_BYTES);
         let d = Diagnostic {
             severity: severity.to_owned(),
             code: code.to_owned(),
-            message: message.into(),
-            component: component.to_owned(),
-            expression: expression.to_owned(),
+            message,
+            component: excerpt(component, TEXT_BYTES).into_owned(),
+            expression: excerpt(expression, TEXT_BYTES).into_owned(),
         };
         if !self.items.contains(&d) {
             self.items.push(d);
@@ -79,5 +85,31 @@ impl Diagnostics {
     /// The diagnostics, in the order they were found.
     pub fn into_vec(self) -> Vec<Diagnostic> {
         self.items
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_texts_are_cut_with_their_length() {
+        let mut d = Diagnostics::default();
+        let value = "v".repeat(3 << 20);
+        d.push(
+            WARNING,
+            code::BAD_VALUE,
+            format!("yielded {value}"),
+            "c",
+            &value,
+        );
+        let items = d.into_vec();
+        let m = &items[0].message;
+        assert!(m.len() < TEXT_BYTES + 32, "{}", m.len());
+        assert!(
+            m.starts_with("yielded vvv") && m.ends_with("…(3145736 bytes)"),
+            "{m:.40}"
+        );
+        assert!(items[0].expression.ends_with("…(3145728 bytes)"));
     }
 }

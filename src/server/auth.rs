@@ -4,12 +4,15 @@
 //! # TOKEN            NAME        [SCOPES]
 //! 3f9c…e1            scheduler   resolver
 //! 77ab…09            platform    resolver,definitions
+//! 5d20…7c            prometheus  metrics
 //! ```
 //!
-//! Scopes name the services a token may call: `resolver` (`kartograf.v1.WorkloadResolver`),
-//! `definitions` (`kartograf.v1.Definitions`) or `*` (everything, the default). Health
-//! `Check` is always open (kubelet probes); everything else, reflection and health `Watch`
-//! included, needs a valid token. The file is re-read when
+//! Scopes name what a token may use: `resolver` (`kartograf.v1.WorkloadResolver`),
+//! `definitions` (`kartograf.v1.Definitions`), `metrics` (the admin port's `/metrics`, when
+//! the server runs with `--metrics-auth`) or `*` (everything, the default). Health `Check` is
+//! always open (kubelet probes); everything else on the gRPC port, reflection and health
+//! `Watch` included, needs a valid token with a gRPC scope (a `metrics`-only token gets none
+//! of it). The file is re-read when
 //! its content changes; a file that no longer parses keeps the last good set. Tokens are kept
 //! only as SHA-256 digests and are never logged: errors name the line, not the token.
 
@@ -39,13 +42,16 @@ pub struct Grant {
 enum Scope {
     Resolver,
     Definitions,
+    Metrics,
 }
 
 impl Scope {
-    fn service(self) -> &'static str {
+    /// The gRPC service the scope opens, if any.
+    fn service(self) -> Option<&'static str> {
         match self {
-            Scope::Resolver => "kartograf.v1.WorkloadResolver",
-            Scope::Definitions => "kartograf.v1.Definitions",
+            Scope::Resolver => Some("kartograf.v1.WorkloadResolver"),
+            Scope::Definitions => Some("kartograf.v1.Definitions"),
+            Scope::Metrics => None,
         }
     }
 
@@ -53,7 +59,19 @@ impl Scope {
         match self {
             Scope::Resolver => "resolver",
             Scope::Definitions => "definitions",
+            Scope::Metrics => "metrics",
         }
+    }
+}
+
+impl Grant {
+    fn allows(&self, scope: Scope) -> bool {
+        self.scopes.is_empty() || self.scopes.contains(&scope)
+    }
+
+    fn scope_names(&self) -> String {
+        let names: Vec<&str> = self.scopes.iter().map(|s| s.name()).collect();
+        names.join(",")
     }
 }
 
@@ -98,9 +116,10 @@ fn parse(text: &str) -> Result<TokenSet, String> {
                 "*" => scopes.clear(),
                 "resolver" => scopes.push(Scope::Resolver),
                 "definitions" => scopes.push(Scope::Definitions),
+                "metrics" => scopes.push(Scope::Metrics),
                 other => {
                     return Err(format!(
-                        "line {} ({name}): unknown scope {other:?}; use resolver, definitions or *",
+                        "line {} ({name}): unknown scope {other:?}; use resolver, definitions, metrics or *",
                         n + 1
                     ));
                 }
@@ -202,11 +221,9 @@ impl Tokens {
         })
     }
 
-    /// Decides whether a call to `path` with this `authorization` header may proceed.
-    pub fn authorize(&self, path: &str, authorization: Option<&[u8]>) -> Result<(), Status> {
-        if path == HEALTH_CHECK {
-            return Ok(());
-        }
+    /// The grant of the bearer token in an `authorization` header value; UNAUTHENTICATED
+    /// when there is none or it is unknown.
+    fn grant(&self, authorization: Option<&[u8]>) -> Result<Grant, Status> {
         let Some(header) = authorization else {
             return Err(Status::unauthenticated(
                 "missing credentials: send the metadata `authorization: Bearer <token>`",
@@ -221,27 +238,56 @@ impl Tokens {
                 )
             })?;
         let set = self.set.load();
-        let Some(grant) = set.by_digest.get(&digest(token.trim_ascii())) else {
-            return Err(Status::unauthenticated(
-                "unknown bearer token (it may have been revoked)",
-            ));
-        };
+        set.by_digest
+            .get(&digest(token.trim_ascii()))
+            .cloned()
+            .ok_or_else(|| {
+                Status::unauthenticated("unknown bearer token (it may have been revoked)")
+            })
+    }
+
+    /// Decides whether a call to `path` with this `authorization` header may proceed.
+    pub fn authorize(&self, path: &str, authorization: Option<&[u8]>) -> Result<(), Status> {
+        if path == HEALTH_CHECK {
+            return Ok(());
+        }
+        let grant = self.grant(authorization)?;
         if grant.scopes.is_empty() {
             return Ok(());
         }
         let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
-        let known = [Scope::Resolver, Scope::Definitions];
-        match known.iter().find(|s| s.service() == service) {
-            Some(needed) if !grant.scopes.contains(needed) => {
-                let allowed: Vec<&str> = grant.scopes.iter().map(|s| s.name()).collect();
-                Err(Status::permission_denied(format!(
-                    "token {:?} may not call {service} (its scopes: {}); add the scope {:?} in the token file",
-                    grant.name,
-                    allowed.join(","),
-                    needed.name()
-                )))
-            }
+        let grpc_scopes = [Scope::Resolver, Scope::Definitions];
+        if !grpc_scopes.iter().any(|s| grant.allows(*s)) {
+            return Err(Status::permission_denied(format!(
+                "token {:?} may not call the gRPC API (its scopes: {}); add resolver or definitions in the token file",
+                grant.name,
+                grant.scope_names()
+            )));
+        }
+        match grpc_scopes.iter().find(|s| s.service() == Some(service)) {
+            Some(needed) if !grant.allows(*needed) => Err(Status::permission_denied(format!(
+                "token {:?} may not call {service} (its scopes: {}); add the scope {:?} in the token file",
+                grant.name,
+                grant.scope_names(),
+                needed.name()
+            ))),
             _ => Ok(()),
+        }
+    }
+
+    /// Decides whether a scrape of `/metrics` with this `authorization` header may proceed:
+    /// UNAUTHENTICATED without a known token, PERMISSION_DENIED for a token without the
+    /// `metrics` scope (or `*`).
+    pub fn authorize_metrics(&self, authorization: Option<&[u8]>) -> Result<(), Status> {
+        let grant = self.grant(authorization)?;
+        if grant.allows(Scope::Metrics) {
+            Ok(())
+        } else {
+            Err(Status::permission_denied(format!(
+                "token {:?} may not read /metrics (its scopes: {}); add the scope \"metrics\" in the token file",
+                grant.name,
+                grant.scope_names()
+            )))
         }
     }
 }
@@ -293,6 +339,47 @@ mod tests {
             tonic::Code::Unauthenticated
         );
         assert!(t.authorize("/grpc.health.v1.Health/Check", None).is_ok());
+    }
+
+    #[test]
+    fn the_metrics_scope_opens_metrics_and_nothing_on_grpc() {
+        let t = tokens(
+            "pppppppppppppppp prom metrics\naaaaaaaaaaaaaaaa all\nrrrrrrrrrrrrrrrr sched resolver\nmmmmmmmmmmmmmmmm both resolver,metrics\n",
+        );
+        let bearer = |c: char| format!("Bearer {}", c.to_string().repeat(16));
+        assert!(t.authorize_metrics(Some(bearer('p').as_bytes())).is_ok());
+        assert!(
+            t.authorize_metrics(Some(bearer('a').as_bytes())).is_ok(),
+            "* includes metrics"
+        );
+        assert!(t.authorize_metrics(Some(bearer('m').as_bytes())).is_ok());
+        let e = t
+            .authorize_metrics(Some(bearer('r').as_bytes()))
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        assert!(e.message().contains("sched") && e.message().contains("metrics"));
+        assert_eq!(
+            t.authorize_metrics(None).unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
+        assert_eq!(
+            t.authorize_metrics(Some(b"Bearer unknownunknownunknown"))
+                .unwrap_err()
+                .code(),
+            tonic::Code::Unauthenticated
+        );
+        // A metrics-only token gets nothing on the gRPC port but health checks.
+        for path in [
+            RESOLVE,
+            VALIDATE,
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        ] {
+            let e = t.authorize(path, Some(bearer('p').as_bytes())).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::PermissionDenied, "{path}");
+        }
+        assert!(t.authorize(HEALTH_CHECK, None).is_ok());
+        assert!(t.authorize(RESOLVE, Some(bearer('m').as_bytes())).is_ok());
+        assert!(t.authorize(VALIDATE, Some(bearer('m').as_bytes())).is_err());
     }
 
     #[test]

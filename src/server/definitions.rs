@@ -1,9 +1,58 @@
 //! `Definitions`: what is loaded, and validation (with a preview) of a candidate.
 
 use super::Shared;
+use super::validate;
 use crate::definition::{DefinitionError, catalog, load};
+use crate::excerpt::{TEXT_BYTES, echo, excerpt};
 use crate::proto::v1 as pb;
 use tonic::{Request, Response, Status};
+
+/// Most errors one `ValidateDefinition` answer lists (one more says how many were left out).
+pub const MAX_DEFINITION_ERRORS: usize = 100;
+
+/// Errors as the API sends them: each text field cut to [`TEXT_BYTES`], at most
+/// [`MAX_DEFINITION_ERRORS`] of them and then one that counts the rest.
+fn wire_errors(errors: Vec<DefinitionError>) -> Vec<pb::DefinitionError> {
+    let total = errors.len();
+    let mut out: Vec<pb::DefinitionError> = errors
+        .into_iter()
+        .take(MAX_DEFINITION_ERRORS)
+        .map(|e| pb::DefinitionError {
+            path: excerpt(&e.path, TEXT_BYTES).into_owned(),
+            expression: excerpt(e.expression.as_deref().unwrap_or_default(), TEXT_BYTES)
+                .into_owned(),
+            message: excerpt(&e.message, TEXT_BYTES).into_owned(),
+        })
+        .collect();
+    if total > MAX_DEFINITION_ERRORS {
+        out.push(pb::DefinitionError {
+            message: format!(
+                "{} more errors not listed (at most {MAX_DEFINITION_ERRORS} are)",
+                total - MAX_DEFINITION_ERRORS
+            ),
+            ..Default::default()
+        });
+    }
+    out
+}
+
+/// A definition file's errors in one `last_error` text: each error cut to [`TEXT_BYTES`],
+/// at most [`MAX_DEFINITION_ERRORS`].
+fn joined_errors<'a>(errors: impl Iterator<Item = &'a DefinitionError>) -> String {
+    let all: Vec<String> = errors.map(|e| e.to_string()).collect();
+    let mut parts: Vec<String> = all
+        .iter()
+        .take(MAX_DEFINITION_ERRORS)
+        .map(|e| excerpt(e, TEXT_BYTES).into_owned())
+        .collect();
+    if all.len() > MAX_DEFINITION_ERRORS {
+        parts.push(format!(
+            "{} more errors not listed",
+            all.len() - MAX_DEFINITION_ERRORS
+        ));
+    }
+    parts.join("; ")
+}
 
 pub use crate::definition::LoadReport;
 
@@ -42,19 +91,14 @@ impl pb::definitions_server::Definitions for DefinitionsService {
                 root_kind: Some(gvk(&d.root_kind)),
                 origin: d.origin.clone(),
                 generation: d.generation(),
-                last_error: errors
-                    .iter()
-                    .filter(|e| e.source == d.source)
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
+                last_error: joined_errors(errors.iter().filter(|e| e.source == d.source)),
                 active: true,
                 components: d.components.iter().map(|c| c.name.clone()).collect(),
                 quarantined: d.breaker().quarantined().is_some(),
                 quarantine_reason: d
                     .breaker()
                     .quarantined()
-                    .map(|q| q.reason)
+                    .map(|q| excerpt(&q.reason, TEXT_BYTES).into_owned())
                     .unwrap_or_default(),
             })
             .collect();
@@ -73,12 +117,7 @@ impl pb::definitions_server::Definitions for DefinitionsService {
             definitions.push(pb::DefinitionInfo {
                 name: source.clone(),
                 origin: "directory".to_owned(),
-                last_error: failed
-                    .iter()
-                    .filter(|e| e.source == source)
-                    .map(|e| e.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; "),
+                last_error: joined_errors(failed.iter().copied().filter(|e| e.source == source)),
                 active: false,
                 ..Default::default()
             });
@@ -96,13 +135,27 @@ impl pb::definitions_server::Definitions for DefinitionsService {
         let req = request.into_inner();
         // Compiling the candidate and evaluating it on the sample runs on the evaluation
         // threads, under the same budgets as every evaluation.
-        let response = self.shared.evaluations.run(move || validate(req)).await??;
+        let response = self
+            .shared
+            .evaluations
+            .run(move || validate_request(req))
+            .await
+            .and_then(|r| r)
+            .map_err(validate::bounded)?;
         Ok(Response::new(response))
     }
 }
 
 /// Validates a candidate definition and previews it on the sample, if one is given.
-fn validate(req: pb::ValidateDefinitionRequest) -> Result<pb::ValidateDefinitionResponse, Status> {
+fn validate_request(
+    req: pb::ValidateDefinitionRequest,
+) -> Result<pb::ValidateDefinitionResponse, Status> {
+    // The sample is checked whether or not the definition is valid: a malformed sample is
+    // the request's fault either way.
+    let sample = match &req.sample {
+        Some(sample) => Some(super::resolver::parse_inline(sample, "sample.")?),
+        None => None,
+    };
     let (parsed, mut errors) = load::parse_text(&req.definition, "request");
     if parsed.is_empty() && errors.is_empty() {
         errors.push(DefinitionError::new(
@@ -115,20 +168,35 @@ fn validate(req: pb::ValidateDefinitionRequest) -> Result<pb::ValidateDefinition
     let (defs, compile_errors) = catalog::compile_all(parsed, "validate");
     errors.extend(compile_errors);
     let mut preview = None;
-    if let (true, Some(sample), Some(def)) = (errors.is_empty(), req.sample, defs.first()) {
-        let (root, pods) = super::resolver::parse_inline(&sample, "sample.")?;
-        preview = Some(super::resolver::resolve_inline(def, 0, None, &root, &pods));
+    if let (true, Some((root, pods))) = (errors.is_empty(), sample) {
+        let gvk = root.meta.gvk();
+        let def = defs
+            .iter()
+            .find(|d| d.root_kind == gvk)
+            .or_else(|| {
+                defs.iter()
+                    .find(|d| d.root_kind.group == gvk.group && d.root_kind.kind == gvk.kind)
+            })
+            .ok_or_else(|| {
+                let roots: Vec<String> = defs.iter().map(|d| d.root_kind.to_string()).collect();
+                Status::invalid_argument(format!(
+                    "sample.object_json is a {}, but the definition's root is {}: send a sample of the root kind",
+                    echo(&gvk.to_string()),
+                    echo(&roots.join(", "))
+                ))
+            })?;
+        let fallback = (def.root_kind != gvk).then(|| gvk.to_string());
+        preview = Some(super::resolver::resolve_inline(
+            def,
+            0,
+            fallback.as_deref(),
+            &root,
+            &pods,
+        ));
     }
     Ok(pb::ValidateDefinitionResponse {
         valid: errors.is_empty(),
-        errors: errors
-            .into_iter()
-            .map(|e| pb::DefinitionError {
-                path: e.path,
-                expression: e.expression.unwrap_or_default(),
-                message: e.message,
-            })
-            .collect(),
+        errors: wire_errors(errors),
         preview,
     })
 }

@@ -6,8 +6,10 @@ pub mod auth;
 mod definitions;
 pub mod evaluations;
 mod observe;
+mod paging;
 mod resolver;
 mod routes;
+mod validate;
 mod watch;
 mod wire;
 

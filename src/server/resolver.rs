@@ -1,10 +1,12 @@
 //! `WorkloadResolver`: Resolve, List, Watch, Totals.
 
 use super::Shared;
+use super::paging;
+use super::validate;
 use super::watch::FrameStream;
 use super::wire::{Frame, ResolveFrame};
+use crate::excerpt::echo;
 use crate::expr::Limits;
-use crate::index::{Filter, TotalsKey};
 use crate::object::{Object, Pod};
 use crate::proto::v1 as pb;
 use crate::resolve;
@@ -54,14 +56,23 @@ pub(super) fn parse_inline(
     inline: &pb::InlineWorkload,
     prefix: &str,
 ) -> Result<(Object, Vec<Pod>), Status> {
-    let object = parse_json(&inline.object_json, &format!("{prefix}object_json"))?;
+    let what = format!("{prefix}object_json");
+    if inline.object_json.trim().is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "{what} is empty; send the object as JSON"
+        )));
+    }
+    let object = parse_json(&inline.object_json, &what)?;
     let root = Object::from_json(&object, Limits::default())
-        .map_err(|e| Status::invalid_argument(format!("{prefix}object_json: {e}")))?;
+        .map_err(|e| Status::invalid_argument(format!("{what}: {}", echo(&e))))?;
+    validate::inline_object(&what, &root.meta)?;
     let mut pods = Vec::new();
     for (i, text) in inline.pods_json.iter().enumerate() {
-        let v = parse_json(text, &format!("{prefix}pods_json[{i}]"))?;
+        let what = format!("{prefix}pods_json[{i}]");
+        let v = parse_json(text, &what)?;
         let pod = Pod::from_json(&v, Limits::default())
-            .map_err(|e| Status::invalid_argument(format!("{prefix}pods_json[{i}]: {e}")))?;
+            .map_err(|e| Status::invalid_argument(format!("{what}: {}", echo(&e))))?;
+        validate::inline_pod(&what, &pod.meta, &root.meta)?;
         pods.push(pod);
     }
     Ok((root, pods))
@@ -88,21 +99,6 @@ pub(super) fn resolve_inline(
     resolve::resolve(&input).workload
 }
 
-/// A List/Watch filter, with its label selector checked.
-fn checked_filter(
-    namespace: String,
-    kinds: Vec<String>,
-    label_selector: String,
-) -> Result<Filter, Status> {
-    let filter = Filter {
-        namespace,
-        kinds,
-        label_selector,
-    };
-    filter.validate().map_err(Status::invalid_argument)?;
-    Ok(filter)
-}
-
 fn parse_json(text: &str, what: &str) -> Result<serde_json::Value, Status> {
     serde_json::from_str(text)
         .map_err(|e| Status::invalid_argument(format!("{what} is not valid JSON: {e}")))
@@ -114,19 +110,24 @@ impl ResolverService {
         &self,
         req: pb::ResolveRequest,
     ) -> Result<ResolveFrame, Status> {
+        self.resolve_checked(req).await.map_err(validate::bounded)
+    }
+
+    async fn resolve_checked(&self, req: pb::ResolveRequest) -> Result<ResolveFrame, Status> {
         let index = &self.shared.index;
+        validate::view("view", req.view)?;
         match req.target {
             None => Err(Status::invalid_argument(
                 "set one of target.workload, target.pod or target.inline",
             )),
             Some(pb::resolve_request::Target::Workload(r)) => {
+                validate::workload_ref(&r)?;
                 self.ready()?;
-                if r.name.is_empty() && r.uid.is_empty() {
-                    return Err(Status::invalid_argument(
-                        "workload needs a uid, or a name (with namespace and kind)",
-                    ));
-                }
                 if let Some(w) = index.published(&r) {
+                    if !r.uid.is_empty() {
+                        let found = w.r#ref.clone().unwrap_or_default();
+                        validate::agrees("workload", &r, &found)?;
+                    }
                     return Ok(ResolveFrame {
                         workload: w.encoded(req.view),
                         pod: None,
@@ -140,34 +141,50 @@ impl ResolverService {
                     if !known {
                         return Err(Status::failed_precondition(format!(
                             "no definition covers kind `{}`; see ListDefinitions (add one with --definitions or a Karta object)",
-                            r.kind
+                            echo(&r.kind)
                         )));
                     }
                 }
                 let what = if r.uid.is_empty() {
-                    format!("{}/{}/{}", r.kind, r.namespace, r.name)
+                    format!("{}/{}/{}", echo(&r.kind), echo(&r.namespace), echo(&r.name))
                 } else {
-                    format!("uid {}", r.uid)
+                    format!("uid {}", echo(&r.uid))
                 };
                 Err(Status::not_found(format!(
                     "no workload {what} is known (is it part of another workload, or not created yet?)"
                 )))
             }
             Some(pb::resolve_request::Target::Pod(r)) => {
+                validate::pod_ref(&r)?;
                 self.ready()?;
+                if !r.uid.is_empty()
+                    && let Some(found) = index.object_ref(&r.uid)
+                {
+                    if found.kind != "Pod" || found.api_version != "v1" {
+                        return Err(Status::invalid_argument(format!(
+                            "pod.uid {:?} is a {} ({}/{}), not a pod; to resolve a workload by uid, set `workload` instead",
+                            echo(&r.uid),
+                            echo(&found.kind),
+                            echo(&found.namespace),
+                            echo(&found.name)
+                        )));
+                    }
+                    validate::agrees("pod", &r, &found)?;
+                }
+                let what = if r.uid.is_empty() {
+                    format!("{}/{}", echo(&r.namespace), echo(&r.name))
+                } else {
+                    format!("uid {}", echo(&r.uid))
+                };
                 match index.published_of_pod(&r) {
                     Ok((w, placement)) => Ok(ResolveFrame {
                         workload: w.encoded(req.view),
                         pod: Some(placement),
                     }),
                     Err(true) => Err(Status::not_found(format!(
-                        "pod {}/{} belongs to no known workload",
-                        r.namespace, r.name
+                        "pod {what} belongs to no known workload"
                     ))),
-                    Err(false) => Err(Status::not_found(format!(
-                        "pod {}/{} is not known",
-                        r.namespace, r.name
-                    ))),
+                    Err(false) => Err(Status::not_found(format!("pod {what} is not known"))),
                 }
             }
             Some(pb::resolve_request::Target::Inline(inline)) => {
@@ -178,13 +195,14 @@ impl ResolverService {
                     .shared
                     .evaluations
                     .run(move || -> Result<Bytes, Status> {
-                        let (root, pods) = parse_inline(&inline, "")?;
+                        let (root, pods) = parse_inline(&inline, "inline.")?;
                         let lookup = catalog
                             .lookup(&root.meta.api_version, &root.meta.kind)
                             .ok_or_else(|| {
                                 Status::failed_precondition(format!(
                                     "no definition covers {}/{}",
-                                    root.meta.api_version, root.meta.kind
+                                    echo(&root.meta.api_version),
+                                    echo(&root.meta.kind)
                                 ))
                             })?;
                         let mut w = resolve_inline(
@@ -210,14 +228,71 @@ impl ResolverService {
 
     /// Starts a `Watch` subscriber.
     pub(super) fn watch_frames(&self, req: pb::WatchRequest) -> Result<FrameStream, Status> {
+        let start = || {
+            validate::view("view", req.view)?;
+            let (filter, _) = validate::filter(
+                req.namespace.clone(),
+                req.kinds.clone(),
+                req.label_selector.clone(),
+            )?;
+            self.ready()?;
+            Ok(super::watch::start(
+                self.shared.clone(),
+                filter,
+                req.since_revision,
+                req.view,
+            ))
+        };
+        start().map_err(validate::bounded)
+    }
+
+    /// Answers `List`: a page in (namespace, kind, name, uid) order after the token's position.
+    fn list_page(&self, req: pb::ListRequest) -> Result<pb::ListResponse, Status> {
+        validate::view("view", req.view)?;
+        let (filter, canonical) = validate::filter(req.namespace, req.kinds, req.label_selector)?;
+        let fingerprint = paging::fingerprint(&filter, &canonical);
+        let after = if req.page_token.is_empty() {
+            None
+        } else {
+            Some(paging::decode(&req.page_token, fingerprint)?)
+        };
         self.ready()?;
-        let filter = checked_filter(req.namespace, req.kinds, req.label_selector)?;
-        Ok(super::watch::start(
-            self.shared.clone(),
-            filter,
-            req.since_revision,
-            req.view,
-        ))
+        let limit = match req.page_size as usize {
+            0 => DEFAULT_PAGE,
+            n => n.min(MAX_PAGE),
+        };
+        let index = &self.shared.index;
+        let (mut page, mut more, revision) = index.list_after(&filter, after.as_ref(), limit);
+        let mut next_page_token = String::new();
+        while more {
+            let last = page
+                .last()
+                .and_then(|w| w.r#ref.clone())
+                .unwrap_or_default();
+            if let Some(token) = paging::encode(fingerprint, &last) {
+                next_page_token = token;
+                break;
+            }
+            // The last key is too long for a token (a name longer than Kubernetes allows):
+            // the page goes on past it.
+            let (rest, rest_more, _) = index.list_after(&filter, Some(&last), limit);
+            page.extend(rest);
+            more = rest_more;
+        }
+        Ok(pb::ListResponse {
+            workloads: page.iter().map(|w| view(w, req.view)).collect(),
+            next_page_token,
+            revision,
+        })
+    }
+
+    /// Answers `Totals`.
+    fn totals_rows(&self, req: pb::TotalsRequest) -> Result<pb::TotalsResponse, Status> {
+        let key = validate::group_by(req.group_by)?;
+        validate::namespace("namespace", &req.namespace)?;
+        self.ready()?;
+        let (rows, revision) = self.shared.index.totals(key, &req.namespace);
+        Ok(pb::TotalsResponse { rows, revision })
     }
 }
 
@@ -240,32 +315,9 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
         &self,
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
-        self.ready()?;
-        let req = request.into_inner();
-        let filter = checked_filter(req.namespace, req.kinds, req.label_selector)?;
-        let limit = match req.page_size as usize {
-            0 => DEFAULT_PAGE,
-            n => n.min(MAX_PAGE),
-        };
-        let offset = if req.page_token.is_empty() {
-            0
-        } else {
-            req.page_token
-                .parse::<usize>()
-                .map_err(|_| Status::invalid_argument("page_token is not one this server issued"))?
-        };
-        let (page, more, revision) = self.shared.index.list(&filter, offset, limit);
-        let workloads = page.iter().map(|w| view(w, req.view)).collect();
-        let next_page_token = if more {
-            (offset + limit).to_string()
-        } else {
-            String::new()
-        };
-        Ok(Response::new(pb::ListResponse {
-            workloads,
-            next_page_token,
-            revision,
-        }))
+        self.list_page(request.into_inner())
+            .map(Response::new)
+            .map_err(validate::bounded)
     }
 
     type WatchStream = super::watch::WatchStream;
@@ -283,14 +335,8 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
         &self,
         request: Request<pb::TotalsRequest>,
     ) -> Result<Response<pb::TotalsResponse>, Status> {
-        self.ready()?;
-        let req = request.into_inner();
-        let key = match pb::GroupBy::try_from(req.group_by).unwrap_or(pb::GroupBy::Unspecified) {
-            pb::GroupBy::Unspecified | pb::GroupBy::Namespace => TotalsKey::Namespace,
-            pb::GroupBy::Kind => TotalsKey::Kind,
-            pb::GroupBy::Workload => TotalsKey::Workload,
-        };
-        let (rows, revision) = self.shared.index.totals(key, &req.namespace);
-        Ok(Response::new(pb::TotalsResponse { rows, revision }))
+        self.totals_rows(request.into_inner())
+            .map(Response::new)
+            .map_err(validate::bounded)
     }
 }

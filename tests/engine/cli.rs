@@ -74,6 +74,98 @@ fn several_files_and_a_namespace() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("name one as KIND/NAME"));
 }
 
+/// A Deployment as the only document of a file.
+fn deployment(namespace: &str, uid: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: {namespace}, uid: {uid}}}\nspec: {{replicas: 1, template: {{spec: {{containers: [{{name: c}}]}}}}}}\n"
+    )
+}
+
+#[test]
+fn ambiguity_messages_say_what_would_disambiguate() {
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    // The same object (same uid) in two files: the first file's copy is used, as the server
+    // does, and the warning names both files.
+    let a = temp_file("a.yaml", &deployment("serving", "u-1"));
+    let b = temp_file("b.yaml", &deployment("serving", "u-1"));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    for args in [
+        vec![
+            "resolve",
+            "-f",
+            a,
+            "-f",
+            b,
+            "deployment/web",
+            "-n",
+            "serving",
+        ],
+        vec!["resolve", "-f", a, "-f", b],
+    ] {
+        let out = kartograf(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let err = text(&out);
+        assert!(
+            err.contains("Deployment/serving/web (uid u-1) is also in")
+                && err.contains(&format!("the copy in {a} is used"))
+                && err.contains(b),
+            "{err}"
+        );
+    }
+    // Two workloads of one name in two namespaces: -n is what tells them apart.
+    let c = temp_file("c.yaml", &deployment("other", "u-2"));
+    let out = kartograf(&[
+        "resolve",
+        "-f",
+        a,
+        "-f",
+        c.to_str().unwrap(),
+        "deployment/web",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        text(&out).contains("narrow with -n NAMESPACE"),
+        "{}",
+        text(&out)
+    );
+    let out = kartograf(&[
+        "resolve",
+        "-f",
+        a,
+        "-f",
+        c.to_str().unwrap(),
+        "deployment/web",
+        "-n",
+        "other",
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    // Two different objects (different uids) with one kind, namespace and name.
+    let d = temp_file("d.yaml", &deployment("serving", "u-3"));
+    let out = kartograf(&[
+        "resolve",
+        "-f",
+        a,
+        "-f",
+        d.to_str().unwrap(),
+        "deployment/web",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = text(&out);
+    assert!(
+        err.contains("different objects with the same kind, namespace and name")
+            && err.contains("uid u-1")
+            && err.contains("uid u-3"),
+        "{err}"
+    );
+    // KIND.GROUP/NAME names the group, as kubectl does.
+    let out = kartograf(&["resolve", "-f", a, "deployment.apps/web", "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kartograf(&["resolve", "-f", a, "deployment.other.io/web"]);
+    assert_eq!(out.status.code(), Some(3), "another group is another kind");
+}
+
 #[test]
 fn definitions_lists_the_catalog() {
     let out = kartograf(&["definitions"]);

@@ -730,3 +730,105 @@ fn prometheus_scrapes_the_admin_port_and_honours_the_join_labels() {
     );
     assert_eq!(jobs[0]["relabel_configs"][0]["regex"], keep.as_str());
 }
+
+/// The documents of one file of `deploy/metrics-auth/`.
+fn metrics_auth_file(name: &str) -> Vec<Value> {
+    let path = deploy_dir().join("metrics-auth").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+    parse_documents(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The `deploy/metrics-auth` component: the token file parses with the server's own parser and
+/// holds a `metrics` token equal to the one Prometheus reads from the file its scrape config
+/// names; the patch mounts that token file where `--auth-tokens` points and turns on
+/// `--metrics-auth`; every flag is one `kartograf serve` accepts.
+#[test]
+fn the_metrics_auth_component_wires_one_token_end_to_end() {
+    let kustomization = &metrics_auth_file("kustomization.yaml")[0];
+    assert_eq!(kustomization["kind"], "Component");
+    let mut listed = strings(&kustomization["resources"]);
+    listed.sort();
+    let mut files: Vec<String> = std::fs::read_dir(deploy_dir().join("metrics-auth"))
+        .expect("deploy/metrics-auth")
+        .map(|e| file_name(&e.expect("entry").path()))
+        .filter(|n| n != "kustomization.yaml")
+        .collect();
+    files.sort();
+    assert_eq!(listed, files, "the component lists every file");
+
+    // kartograf's token file, as the server parses it.
+    let secret = &metrics_auth_file("secret-tokens.yaml")[0];
+    let token_text = secret["stringData"]["tokens"]
+        .as_str()
+        .expect("tokens file");
+    let token_file = temp_file("tokens", token_text);
+    let tokens = kartograf::server::Tokens::load(&token_file).expect("the token file parses");
+    // The token Prometheus sends, and where its scrape config reads it from.
+    let prom_secret = &metrics_auth_file("secret-prometheus-token.yaml")[0];
+    let prom_token = prom_secret["stringData"]["token"].as_str().expect("token");
+    let header = format!("Bearer {prom_token}");
+    tokens
+        .authorize_metrics(Some(header.as_bytes()))
+        .expect("Prometheus' token may read /metrics");
+    assert!(
+        tokens
+            .authorize(
+                "/kartograf.v1.WorkloadResolver/List",
+                Some(header.as_bytes())
+            )
+            .is_err(),
+        "and nothing else"
+    );
+    let scrape = &metrics_auth_file("configmap-prometheus-scrape.yaml")[0];
+    let config = parse_documents(scrape["data"]["kartograf.yaml"].as_str().expect("config"))
+        .expect("scrape config parses");
+    let job = &config[0]["scrape_configs"][0];
+    assert_eq!(job["metrics_path"], "/metrics");
+    assert_eq!(job["authorization"]["type"], "Bearer");
+    assert_eq!(
+        job["authorization"]["credentials_file"],
+        format!(
+            "/etc/prometheus/secrets/{}/token",
+            prom_secret["metadata"]["name"].as_str().expect("name")
+        )
+    );
+
+    // The patch: flags, mount and volume agree with each other and with the Secret.
+    let ops = parse_documents(
+        kustomization["patches"][0]["patch"]
+            .as_str()
+            .expect("a JSON patch"),
+    )
+    .expect("patch parses");
+    let values: Vec<&Value> = ops[0]
+        .as_array()
+        .expect("operations")
+        .iter()
+        .map(|op| &op["value"])
+        .collect();
+    let args: Vec<&str> = values.iter().filter_map(|v| v.as_str()).collect();
+    assert!(args.contains(&"--metrics-auth"), "{args:?}");
+    let tokens_flag = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--auth-tokens="))
+        .expect("--auth-tokens");
+    let mount = values
+        .iter()
+        .find(|v| v["mountPath"].is_string())
+        .expect("a volume mount");
+    let volume = values
+        .iter()
+        .find(|v| v["secret"].is_object())
+        .expect("a volume");
+    assert_eq!(mount["name"], volume["name"]);
+    assert_eq!(volume["secret"]["secretName"], secret["metadata"]["name"]);
+    assert_eq!(
+        tokens_flag,
+        format!("{}/tokens", mount["mountPath"].as_str().expect("path"))
+    );
+    let out = kartograf(&["serve", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--auth-tokens", "--metrics-auth"] {
+        assert!(help.contains(flag), "{flag} not in `serve --help`");
+    }
+}

@@ -19,7 +19,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
 
 /// An index holding the demo cluster, synced.
-fn demo_index() -> Arc<Index> {
+pub(crate) fn demo_index() -> Arc<Index> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster");
     let (docs, errors) = manifests::read_once(&dir);
     assert!(errors.is_empty(), "{errors:?}");

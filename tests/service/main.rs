@@ -7,6 +7,7 @@ mod hardening;
 mod ingest;
 mod kube;
 mod observability;
+mod strict;
 mod synth_cluster;
 
 use kartograf::definition::{Catalog, LoadReport};
@@ -307,7 +308,7 @@ async fn list_pages_filters_and_totals() {
     let bad = h
         .client
         .list(pb::ListRequest {
-            label_selector: "a in (b)".into(),
+            label_selector: "a=b=c".into(),
             ..Default::default()
         })
         .await
