@@ -50,6 +50,7 @@ impl pb::definitions_server::Definitions for DefinitionsService {
                     .join("; "),
                 active: true,
                 components: d.components.iter().map(|c| c.name.clone()).collect(),
+                warnings: d.warnings.iter().map(ToString::to_string).collect(),
             })
             .collect();
         // Files whose definitions never loaded.
@@ -104,17 +105,20 @@ impl pb::definitions_server::Definitions for DefinitionsService {
             let (root, pods) = super::resolver::parse_inline(&sample, "sample.")?;
             preview = Some(super::resolver::resolve_inline(def, 0, None, &root, &pods));
         }
+        let wire = |e: DefinitionError| pb::DefinitionError {
+            path: e.path,
+            expression: e.expression.unwrap_or_default(),
+            message: e.message,
+        };
         Ok(Response::new(pb::ValidateDefinitionResponse {
             valid: errors.is_empty(),
-            errors: errors
-                .into_iter()
-                .map(|e| pb::DefinitionError {
-                    path: e.path,
-                    expression: e.expression.unwrap_or_default(),
-                    message: e.message,
-                })
-                .collect(),
+            errors: errors.into_iter().map(wire).collect(),
             preview,
+            warnings: defs
+                .iter()
+                .flat_map(|d| d.warnings.iter().cloned())
+                .map(wire)
+                .collect(),
         }))
     }
 }
