@@ -11,10 +11,10 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto proto
 COPY catalog catalog
-RUN mkdir -p src benches tests/engine tests/service \
+RUN mkdir -p src benches tests/engine tests/service tests/conformance \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs benches/resolve.rs benches/service.rs benches/scale.rs \
-        tests/engine/main.rs tests/service/main.rs \
+        tests/engine/main.rs tests/service/main.rs tests/conformance/main.rs \
     && cargo build --release --locked --bin kartograf \
     && rm -rf src
 

@@ -1,7 +1,7 @@
 //! `kartograf check`: validate definition files.
 
 use crate::definition::catalog;
-use crate::definition::{DefinitionError, load};
+use crate::definition::{Definition, DefinitionError, load};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -12,17 +12,16 @@ pub struct Args {
     pub paths: Vec<PathBuf>,
 }
 
-/// Runs `check`: prints every definition found and every error; exit 1 on any error.
+/// Runs `check`: prints every definition found, its warnings and every error; exit 1 on any
+/// error (warnings do not fail the check).
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut errors: Vec<DefinitionError> = Vec::new();
     let mut ok = 0usize;
+    let mut warnings = 0usize;
     if args.paths.is_empty() {
         let (defs, errs) = catalog::load_embedded();
         for def in &defs {
-            super::print_out(&format!(
-                "OK       {} ({}, {})",
-                def.name, def.root_kind, def.source
-            ));
+            warnings += print_valid(def);
         }
         ok += defs.len();
         errors.extend(errs);
@@ -60,10 +59,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let (defs, errs) = catalog::compile_all(parsed, "check");
         for def in &defs {
-            super::print_out(&format!(
-                "OK       {} ({}, {})",
-                def.name, def.root_kind, def.source
-            ));
+            warnings += print_valid(def);
         }
         ok += defs.len();
         errors.extend(errs);
@@ -71,14 +67,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for e in &errors {
         super::print_out(&format!("INVALID  {e}"));
     }
+
+    let warned = if warnings > 0 {
+        format!(", {warnings} warning(s)")
+    } else {
+        String::new()
+    };
     if errors.is_empty() {
-        super::print_out(&format!("{ok} definition(s) valid"));
+        super::print_out(&format!("{ok} definition(s) valid{warned}"));
         Ok(ExitCode::SUCCESS)
     } else {
         super::print_out(&format!(
-            "{ok} definition(s) valid, {} error(s)",
+            "{ok} definition(s) valid{warned}, {} error(s)",
             errors.len()
         ));
         Ok(ExitCode::from(super::EXIT_INVALID))
     }
+}
+
+/// Prints a valid definition and its warnings; returns the number of warnings.
+fn print_valid(def: &Definition) -> usize {
+    super::print_out(&format!(
+        "OK       {} ({}, {})",
+        def.name, def.root_kind, def.source
+    ));
+    for w in &def.warnings {
+        super::print_out(&format!("WARNING  {w}"));
+    }
+    def.warnings.len()
 }

@@ -4,8 +4,12 @@
 //! a status definition, owner references that exist and form no cycle, one pod spec shape,
 //! instance id path paired with an instance selector, type selector well-formed, pod-group
 //! members defined), plus: every jq expression must parse, pass the safety gate and compile;
-//! v2 subgroups must name components; pod selectors only on components that have pods.
 //! All errors are collected, each with the YAML path and the expression.
+//!
+//! Checks kartograf adds where upstream's validator is lenient are warnings, never errors,
+//! so every definition upstream accepts loads unchanged: pod selectors on components that
+//! have no pods, v2 subgroups naming no component, unnamed or duplicate pod groups, condition
+//! matchers without a type, suspend action values that are not JSON-encoded.
 
 use super::DefinitionError;
 use super::breaker::Breaker;
@@ -48,6 +52,8 @@ pub struct Definition {
     pub additional_child_kinds: Vec<GroupVersionKind>,
     /// Gang scheduling plan, if the definition has one.
     pub gang: Option<GangPlan>,
+    /// Problems that do not stop the definition from loading (upstream accepts them).
+    pub warnings: Vec<DefinitionError>,
     /// Unique within the process: what answers remembered on pods are keyed by.
     id: u64,
     /// Quarantines this version of the definition when its evaluations keep exceeding
@@ -245,11 +251,22 @@ pub const MIN_MEMBER_VARS: &[&str] = &["$keys", "$pod"];
 struct Ctx<'a> {
     source: &'a str,
     errors: Vec<DefinitionError>,
+    warnings: Vec<DefinitionError>,
 }
 
 impl Ctx<'_> {
     fn error(&mut self, path: &str, message: impl Into<String>) {
         self.errors.push(DefinitionError::new(
+            self.source,
+            path,
+            None,
+            message.into(),
+        ));
+    }
+
+    /// A problem upstream's validator accepts: reported, the definition still loads.
+    fn warn(&mut self, path: &str, message: impl Into<String>) {
+        self.warnings.push(DefinitionError::new(
             self.source,
             path,
             None,
@@ -320,6 +337,7 @@ impl Definition {
         let mut cx = Ctx {
             source,
             errors: Vec::new(),
+            warnings: Vec::new(),
         };
         if karta.api_version != API_VERSION {
             cx.error(
@@ -498,6 +516,7 @@ impl Definition {
             karta,
             components,
             gang,
+            warnings: cx.warnings,
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
@@ -691,7 +710,7 @@ fn compile_component(
                 if let serde_json::Value::String(text) = &action.value
                     && serde_json::from_str::<serde_json::Value>(text).is_err()
                 {
-                    cx.error(
+                    cx.warn(
                         &format!("{ap}.value"),
                         format!("`{text}` is not JSON-encoded (write strings as \"\\\"x\\\"\")"),
                     );
@@ -810,9 +829,9 @@ fn compile_status(cx: &mut Ctx<'_>, s: &StatusDefinition, path: &str) -> StatusP
             let mp = format!("{path}.statusMappings.{key}[{i}]");
             for (j, cond) in matcher.by_conditions.iter().enumerate() {
                 if cond.type_.is_empty() {
-                    cx.error(
+                    cx.warn(
                         &format!("{mp}.byConditions[{j}].type"),
-                        "condition type is required",
+                        "condition type is empty: this matcher never matches",
                     );
                 }
             }
@@ -850,9 +869,9 @@ fn check_selectors_have_pods(cx: &mut Ctx<'_>, components: &[Component]) {
             || c.instance_selector.is_some()
             || c.replica_selector.is_some();
         if has_selector && !has_pods(components, i) {
-            cx.error(
+            cx.warn(
                 &format!("{}.podSelector", c.path),
-                format!("component `{}` has a pod selector but neither it nor its children declare a pod spec", c.name),
+                format!("component `{}` has a pod selector but neither it nor its children declare a pod spec: the pods it selects are placed in no component", c.name),
             );
         }
     }
@@ -875,9 +894,9 @@ fn compile_gang<T: std::borrow::Borrow<str> + std::hash::Hash + Eq>(
     for (i, group) in gang.pod_groups.iter().enumerate() {
         let gp = format!("{base}.podGroups[{i}]");
         if group.name.is_empty() {
-            cx.error(&format!("{gp}.name"), "pod group name is required");
+            cx.warn(&format!("{gp}.name"), "pod group has no name");
         } else if seen.contains(&group.name) {
-            cx.error(
+            cx.warn(
                 &format!("{gp}.name"),
                 format!("pod group name `{}` is not unique", group.name),
             );
@@ -930,16 +949,16 @@ fn compile_gang<T: std::borrow::Borrow<str> + std::hash::Hash + Eq>(
     let v2 = gang.pod_group.as_ref().map(|g| {
         let gp = format!("{base}.podGroup");
         if g.name.is_empty() {
-            cx.error(&format!("{gp}.name"), "pod group name is required");
+            cx.warn(&format!("{gp}.name"), "pod group has no name");
         }
         let mut subgroups = Vec::new();
         for (j, sub) in g.sub_groups.iter().enumerate() {
             match lookup(&sub.component_name) {
                 Some(c) => subgroups.push(c),
-                None => cx.error(
+                None => cx.warn(
                     &format!("{gp}.subGroups[{j}].componentName"),
                     format!(
-                        "subgroup component `{}` is not a component",
+                        "subgroup component `{}` is not a component: the subgroup is ignored",
                         sub.component_name
                     ),
                 ),

@@ -18,13 +18,13 @@ pub const KIND: &str = "Karta";
 #[serde(rename_all = "camelCase")]
 pub struct Karta {
     /// Must be `run.ai/v1alpha1`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub api_version: String,
     /// Must be `Karta`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub kind: String,
     /// Object metadata; `name` identifies the definition.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub metadata: Metadata,
     /// The definition proper.
     pub spec: KartaSpec,
@@ -35,13 +35,21 @@ pub struct Karta {
 #[serde(rename_all = "camelCase")]
 pub struct Metadata {
     /// Definition name.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub name: String,
     /// Labels (upstream stamps `run.ai/karta-group|version|kind`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub labels: BTreeMap<String, String>,
     /// Annotations.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -52,7 +60,7 @@ pub struct KartaSpec {
     /// The component structure.
     pub structure_definition: StructureDefinition,
     /// Gang scheduling instructions.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub optimization_instructions: OptimizationInstructions,
 }
 
@@ -63,10 +71,18 @@ pub struct StructureDefinition {
     /// The workload's own object.
     pub root_component: ComponentDefinition,
     /// Components below the root, each naming its parent in `ownerRef`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub child_components: Vec<ComponentDefinition>,
     /// Kinds the workload creates that are not components; owner chains pass through them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub additional_child_kinds: Vec<GroupVersionKind>,
 }
 
@@ -74,13 +90,13 @@ pub struct StructureDefinition {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupVersionKind {
     /// API group, empty for core.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub group: String,
     /// API version.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub version: String,
     /// Kind.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub kind: String,
 }
 
@@ -121,7 +137,7 @@ impl std::fmt::Display for GroupVersionKind {
 #[serde(rename_all = "camelCase")]
 pub struct ComponentDefinition {
     /// Unique name.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub name: String,
     /// The object kind; absent for virtual components.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,7 +236,7 @@ pub struct StatusDefinition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions_definition: Option<ConditionsDefinition>,
     /// Matchers per normalized status.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub status_mappings: StatusMappings,
 }
 
@@ -228,7 +244,7 @@ pub struct StatusDefinition {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 pub struct PhaseDefinition {
     /// jq on the workload.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub path: String,
 }
 
@@ -237,20 +253,34 @@ pub struct PhaseDefinition {
 #[serde(rename_all = "camelCase")]
 pub struct ConditionsDefinition {
     /// jq on the workload yielding an array of condition objects.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub path: String,
     /// Default `type`.
-    #[serde(default = "default_type")]
+    #[serde(default = "default_type", deserialize_with = "type_field")]
     pub type_field_name: String,
     /// Default `status`.
-    #[serde(default = "default_status")]
+    #[serde(default = "default_status", deserialize_with = "status_field")]
     pub status_field_name: String,
     /// Default `message`.
-    #[serde(default = "default_message")]
+    #[serde(default = "default_message", deserialize_with = "message_field")]
     pub message_field_name: String,
     /// Default `reason` (the CRD default; upstream code built in Go leaves it unset).
-    #[serde(default = "default_reason")]
+    #[serde(default = "default_reason", deserialize_with = "reason_field")]
     pub reason_field_name: String,
+}
+
+// A field name written as `null` (as Go tooling emits an unset pointer) takes the default.
+fn type_field<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_else(default_type))
+}
+fn status_field<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_else(default_status))
+}
+fn message_field<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_else(default_message))
+}
+fn reason_field<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_else(default_reason))
 }
 
 fn default_type() -> String {
@@ -271,21 +301,53 @@ fn default_reason() -> String {
 #[serde(rename_all = "camelCase")]
 #[allow(missing_docs)]
 pub struct StatusMappings {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub initializing: Vec<StatusMatcher>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub running: Vec<StatusMatcher>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub completed: Vec<StatusMatcher>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub failed: Vec<StatusMatcher>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub degraded: Vec<StatusMatcher>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub suspended: Vec<StatusMatcher>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub suspending: Vec<StatusMatcher>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub resuming: Vec<StatusMatcher>,
 }
 
@@ -301,7 +363,11 @@ pub struct StatusMatcher {
     )]
     pub by_phase: Option<String>,
     /// Every listed condition must hold.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub by_conditions: Vec<ExpectedCondition>,
     /// A jq expression whose first output, as text, equals `expectedResult`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -312,7 +378,7 @@ pub struct StatusMatcher {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 pub struct ExpectedCondition {
     /// Condition type.
-    #[serde(rename = "type", default)]
+    #[serde(rename = "type", default, deserialize_with = "null_default")]
     pub type_: String,
     /// Expected status (`True`, `False`, `Unknown`), if constrained.
     #[serde(
@@ -335,7 +401,7 @@ pub struct ExpectedCondition {
 #[serde(rename_all = "camelCase")]
 pub struct ByExpression {
     /// jq on the workload.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub expression: String,
     /// Expected text of the first output (`true`, a number, a string).
     #[serde(default, deserialize_with = "scalar_string_required")]
@@ -347,10 +413,10 @@ pub struct ByExpression {
 #[serde(rename_all = "camelCase")]
 pub struct SuspendDefinition {
     /// Assignments that suspend.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub suspend_actions: Vec<SuspendAction>,
     /// Assignments that resume.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub resume_actions: Vec<SuspendAction>,
 }
 
@@ -358,10 +424,10 @@ pub struct SuspendDefinition {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 pub struct SuspendAction {
     /// jq path on the workload.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub path: String,
     /// JSON-encoded value.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub value: serde_json::Value,
 }
 
@@ -404,7 +470,7 @@ pub struct ComponentTypeSelector {
 #[serde(rename_all = "camelCase")]
 pub struct ComponentInstanceSelector {
     /// jq on the pod yielding its instance id.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub id_path: String,
 }
 
@@ -413,7 +479,7 @@ pub struct ComponentInstanceSelector {
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaSelector {
     /// jq on the pod yielding its replica key.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub key_path: String,
 }
 
@@ -431,7 +497,11 @@ pub struct OptimizationInstructions {
 #[serde(rename_all = "camelCase")]
 pub struct GangScheduling {
     /// Alpha format: groups formed from pod keys.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub pod_groups: Vec<PodGroupDefinition>,
     /// v2 format: one group with per-component subgroups. Preferred when both are present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -443,10 +513,10 @@ pub struct GangScheduling {
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupDefinition {
     /// Name of the group definition.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub name: String,
     /// Member components.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub members: Vec<PodGroupMember>,
     /// Extension: jq on the workload giving each gang's minimum member count. Variables:
     /// `$keys` (the gang's key values) and `$pod` (one member pod).
@@ -459,13 +529,21 @@ pub struct PodGroupDefinition {
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupMember {
     /// The member component.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub component_name: String,
     /// jq on pods; each must yield one non-empty value; together they name the gang.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub group_by_key_paths: Vec<String>,
     /// jq on pods; all must yield `true`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub filters: Vec<String>,
 }
 
@@ -474,10 +552,14 @@ pub struct PodGroupMember {
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupV2 {
     /// Group name.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub name: String,
     /// One subgroup per listed component.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub sub_groups: Vec<SubGroup>,
     /// Topology constraint of the whole group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -492,7 +574,7 @@ pub struct PodGroupV2 {
 #[serde(rename_all = "camelCase")]
 pub struct SubGroup {
     /// The component the subgroup covers (with its descendants).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub component_name: String,
     /// Topology constraint of the subgroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -504,15 +586,25 @@ pub struct SubGroup {
 #[serde(rename_all = "camelCase")]
 #[allow(missing_docs)]
 pub struct TopologyConstraint {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub topology_name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub preferred_topology_level: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub required_topology_level: String,
 }
 
 /// Accepts a string or any scalar (YAML `true`, `0`) as text.
+/// `null` reads as the field's default, as Go's decoder leaves a field untouched on `null`:
+/// upstream accepts such definitions, so they load here too.
+fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
 fn scalar_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     let value = Option::<serde_json::Value>::deserialize(d)?;
     match value {

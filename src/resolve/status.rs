@@ -9,16 +9,18 @@ use crate::proto::v1 as pb;
 use jaq_json::Val;
 use std::collections::HashMap;
 
-/// The primary phase among those matched, by precedence Failed > Completed > Suspended >
-/// Suspending > Resuming > Degraded > Running > Initializing > Undefined.
+/// The primary phase among those matched, by precedence Failed > Completed > Suspending >
+/// Resuming > Suspended > Degraded > Running > Initializing > Undefined. The transitions
+/// outrank Suspended: a definition may match Suspended as well while the operator's own
+/// suspended marker is still present, as Workload Map reads it (docs/resolution.md §7).
 pub fn primary(matched: &[pb::Phase]) -> pb::Phase {
     use pb::Phase::*;
     [
         Failed,
         Completed,
-        Suspended,
         Suspending,
         Resuming,
+        Suspended,
         Degraded,
         Running,
         Initializing,

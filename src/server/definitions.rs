@@ -100,6 +100,7 @@ impl pb::definitions_server::Definitions for DefinitionsService {
                     .quarantined()
                     .map(|q| excerpt(&q.reason, TEXT_BYTES).into_owned())
                     .unwrap_or_default(),
+                warnings: d.warnings.iter().map(ToString::to_string).collect(),
             })
             .collect();
         // Files whose definitions never loaded.
@@ -194,9 +195,15 @@ fn validate_request(
             &pods,
         ));
     }
+    let warnings = wire_errors(
+        defs.iter()
+            .flat_map(|d| d.warnings.iter().cloned())
+            .collect(),
+    );
     Ok(pb::ValidateDefinitionResponse {
         valid: errors.is_empty(),
         errors: wire_errors(errors),
         preview,
+        warnings,
     })
 }

@@ -98,6 +98,9 @@ impl Layers {
         entry.origin = origin.to_owned();
         entry.spec = spec;
         if errors.is_empty() {
+            for w in defs.iter().flat_map(|d| d.warnings.iter()) {
+                tracing::warn!(warning = %w, "cluster definition loaded with a warning");
+            }
             entry.good = defs;
         }
         entry.errors = errors;
@@ -305,6 +308,9 @@ impl Reloader {
             let file_errors: Vec<DefinitionError> =
                 parse_errors.into_iter().chain(compile_errors).collect();
             if file_errors.is_empty() {
+                for w in defs.iter().flat_map(|d| d.warnings.iter()) {
+                    tracing::warn!(warning = %w, "definition loaded with a warning");
+                }
                 self.tracker.keep(&changed.path, defs);
                 self.errors.remove(&changed.path);
             } else {

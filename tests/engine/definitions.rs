@@ -54,7 +54,6 @@ spec:
         "replicasPath: invalid jq expression",
         "(expression: `.spec.replicas |`)",
         "podGroups[0].members[0].componentName: pod-group member `ghost` is not a component",
-        "podGroup.subGroups[0].componentName: subgroup component `phantom` is not a component",
     ] {
         assert!(all.contains(needle), "missing `{needle}` in:\n{all}");
     }
@@ -89,12 +88,15 @@ fn structural_rules() {
             .message
             .contains("multiple pod spec definitions")
     );
+    // Upstream accepts a selector on a component without pods: a warning, not an error.
     let selector_without_pods = base(
         "",
         "      - {name: c, ownerRef: root, podSelector: {componentTypeSelector: {keyPath: .x}}}\n",
     );
+    let def = compile(&selector_without_pods).expect("loads");
+    assert_eq!(def.warnings.len(), 1, "{:?}", def.warnings);
     assert!(
-        compile(&selector_without_pods).unwrap_err()[0]
+        def.warnings[0]
             .message
             .contains("pod selector but neither it nor its children")
     );
@@ -108,6 +110,87 @@ fn structural_rules() {
         "name derived from the root kind when metadata.name is empty"
     );
     assert_eq!(def.pod_bearing_count(), 1);
+}
+
+#[test]
+fn checks_upstream_does_not_make_are_warnings_and_the_definition_loads() {
+    let text = r#"
+apiVersion: run.ai/v1alpha1
+kind: Karta
+metadata: {name: lenient}
+spec:
+  structureDefinition:
+    rootComponent:
+      name: root
+      kind: {group: example.com, version: v1, kind: Thing}
+      statusDefinition:
+        conditionsDefinition: {path: .status.conditions, reasonFieldName: null}
+        statusMappings:
+          running: [{byConditions: [{status: "True"}]}]
+      suspendDefinition:
+        suspendActions: [{path: .spec.mode, value: Suspended}]
+        resumeActions: [{path: .spec.mode, value: '"Running"'}]
+    childComponents:
+      - name: workers
+        ownerRef: root
+        specDefinition: {podTemplateSpecPath: .spec.template}
+      - name: grouping
+        ownerRef: root
+        instanceIdPath: .spec.groups[].name
+        podSelector:
+          componentInstanceSelector: {idPath: '.metadata.labels["group"]'}
+  optimizationInstructions:
+    gangScheduling:
+      podGroups:
+        - {name: g, members: [{componentName: workers}]}
+        - {name: g, members: [{componentName: grouping}]}
+        - {members: [{componentName: workers}]}
+      podGroup:
+        name: v2
+        subGroups: [{componentName: workers}, {componentName: phantom}]
+"#;
+    let def = compile(text).expect("upstream's validator accepts all of this");
+    let warnings: Vec<String> = def.warnings.iter().map(|w| w.to_string()).collect();
+    let all = warnings.join("\n");
+    for needle in [
+        "statusMappings.running[0].byConditions[0].type: condition type is empty",
+        "suspendActions[0].value: `Suspended` is not JSON-encoded",
+        "childComponents[1].podSelector: component `grouping` has a pod selector but neither it nor its children declare a pod spec",
+        "podGroups[1].name: pod group name `g` is not unique",
+        "podGroups[2].name: pod group has no name",
+        "podGroup.subGroups[1].componentName: subgroup component `phantom` is not a component: the subgroup is ignored",
+    ] {
+        assert!(all.contains(needle), "missing `{needle}` in:\n{all}");
+    }
+    assert_eq!(warnings.len(), 6, "{all}");
+    assert!(
+        warnings.iter().all(|w| w.starts_with("test.yaml: ")),
+        "{all}"
+    );
+    // `null` reads as the default field name, as Go's decoder leaves the field unset.
+    let plan = def.root().status.as_ref().expect("status");
+    assert_eq!(
+        plan.conditions.as_ref().expect("conditions").reason_field,
+        "reason"
+    );
+    // The unknown subgroup is dropped; the known one stays.
+    match &def.gang {
+        Some(kartograf::definition::compile::GangPlan::PodGroup(g)) => {
+            assert_eq!(
+                g.subgroups,
+                [def.component_index("workers").expect("workers")]
+            );
+        }
+        other => panic!("expected the v2 plan, got {other:?}"),
+    }
+}
+
+#[test]
+fn null_fields_load_as_go_reads_them() {
+    let text = "apiVersion: run.ai/v1alpha1\nkind: Karta\nmetadata: {name: nulls, labels: null}\nspec:\n  structureDefinition:\n    rootComponent: {name: r, kind: {group: a.b, version: v1, kind: R}, statusDefinition: {statusMappings: {running: null}}}\n    childComponents: null\n    additionalChildKinds: null\n  optimizationInstructions: null\n";
+    let def = compile(text).expect("nulls read as unset");
+    assert!(def.warnings.is_empty(), "{:?}", def.warnings);
+    assert_eq!(def.components.len(), 1);
 }
 
 #[test]
@@ -184,11 +267,11 @@ spec:
 }
 
 #[test]
-fn suspend_values_must_be_json_encoded() {
+fn suspend_values_not_json_encoded_are_warned_about() {
     let text = "apiVersion: run.ai/v1alpha1\nkind: Karta\nspec:\n  structureDefinition:\n    rootComponent:\n      name: r\n      kind: {group: a.b, version: v1, kind: R}\n      statusDefinition: {statusMappings: {}}\n      suspendDefinition:\n        suspendActions: [{path: .spec.mode, value: Suspended}]\n        resumeActions: [{path: .spec.mode, value: '\"Running\"'}]\n";
-    let errors = compile(text).unwrap_err();
-    assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(errors[0].path.ends_with("suspendActions[0].value"));
+    let warnings = compile(text).expect("upstream accepts it").warnings;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].path.ends_with("suspendActions[0].value"));
 }
 
 #[test]

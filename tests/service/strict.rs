@@ -1210,6 +1210,7 @@ spec:
         valid: answer.valid,
         errors: answer.errors,
         preview: Some(preview),
+        warnings: answer.warnings,
     }
     .encoded_len();
     assert!(size < 64 * 1024, "answer of {size} bytes");

@@ -1,0 +1,41 @@
+//! Workload Map's own definitions for the recorded kinds (`definitions/karta`), loaded
+//! unchanged through kartograf's loader and validator.
+
+use kartograf::definition::catalog::{Catalog, compile_all};
+use kartograf::definition::{Definition, DefinitionError, load};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The directory holding upstream's definition files.
+pub fn definitions_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/definitions/karta")
+}
+
+/// Every upstream definition file, parsed and compiled; with the errors of those that fail.
+pub fn load_all() -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
+    let root = definitions_root();
+    let files = load::definition_files(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+    let mut parsed = Vec::new();
+    let mut errors = Vec::new();
+    for file in &files {
+        let (p, e) = load::parse_file(file);
+        parsed.extend(p);
+        errors.extend(e);
+    }
+    let (defs, e) = compile_all(parsed, "upstream");
+    errors.extend(e);
+    (defs, errors)
+}
+
+/// A catalog of upstream's definitions (every one must load).
+pub fn catalog() -> &'static Catalog {
+    static CATALOG: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+    CATALOG.get_or_init(|| {
+        let (defs, errors) = load_all();
+        assert!(
+            errors.is_empty(),
+            "upstream definitions refused: {errors:#?}"
+        );
+        Catalog::from_layers(1, [defs])
+    })
+}
