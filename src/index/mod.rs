@@ -223,6 +223,8 @@ pub struct Index {
     feed: std::sync::OnceLock<Feed>,
     /// Problems each source reports (files that did not parse, a missing directory).
     problems: Mutex<std::collections::BTreeMap<String, Vec<SourceProblem>>>,
+    /// The sources the index was created with.
+    sources: Vec<String>,
 }
 
 /// A problem a source reports: a file that did not parse (its last good documents stay
@@ -275,6 +277,7 @@ impl Index {
             resolutions: AtomicU64::new(0),
             feed: std::sync::OnceLock::new(),
             problems: Mutex::default(),
+            sources: sources.iter().map(|s| (*s).to_owned()).collect(),
         }
     }
 
@@ -288,12 +291,19 @@ impl Index {
         }
     }
 
-    /// Every source's reported problems, by source name.
+    /// Every source (those the index was created with, and those that reported problems)
+    /// with its reported problems, by source name.
     pub fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)> {
-        relock(self.problems.lock())
+        let problems = relock(self.problems.lock());
+        let mut out: std::collections::BTreeMap<String, Vec<SourceProblem>> = self
+            .sources
             .iter()
-            .map(|(s, p)| (s.clone(), p.clone()))
-            .collect()
+            .map(|s| (s.clone(), Vec::new()))
+            .collect();
+        for (s, p) in problems.iter() {
+            out.insert(s.clone(), p.clone());
+        }
+        out.into_iter().collect()
     }
 
     /// The handle through which sources on the async runtime change the index: a writer

@@ -147,6 +147,35 @@ impl Collector for Inventory {
                 .map(|((d, f), n)| ([("definition", d.as_str()), ("file", f.as_str())], *n)),
         )?;
 
+        let problems = self.index.source_problems();
+        gauges(
+            e,
+            "kartograf_source_problems",
+            "1 per problem a source reports: a file that does not parse (its last good objects stay), a missing directory, an object defined in two files",
+            problems.iter().flat_map(|(source, ps)| {
+                ps.iter().map(move |p| {
+                    (
+                        [
+                            ("source", source.clone()),
+                            ("path", crate::excerpt::excerpt(&p.path, 512).into_owned()),
+                        ],
+                        1i64,
+                    )
+                })
+            }),
+        )?;
+        {
+            let mut metric = e.encode_descriptor(
+                "kartograf_source_file_reads",
+                "Files read by the directory sources (manifests and definitions); at rest nothing is read.",
+                None,
+                MetricType::Counter,
+            )?;
+            metric.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+                &crate::source::files::reads(),
+                None,
+            )?;
+        }
         gauges(
             e,
             "kartograf_definition_quarantined",

@@ -129,6 +129,41 @@ impl pb::definitions_server::Definitions for DefinitionsService {
         }))
     }
 
+    async fn list_sources(
+        &self,
+        _request: Request<pb::ListSourcesRequest>,
+    ) -> Result<Response<pb::ListSourcesResponse>, Status> {
+        let index = &self.shared.index;
+        let pending = index.pending_sources();
+        let mut sources: Vec<pb::SourceInfo> = index
+            .source_problems()
+            .into_iter()
+            .map(|(name, problems)| pb::SourceInfo {
+                synced: !pending.contains(&name),
+                problems: problems
+                    .into_iter()
+                    .take(MAX_DEFINITION_ERRORS)
+                    .map(|p| pb::SourceProblem {
+                        path: excerpt(&p.path, TEXT_BYTES).into_owned(),
+                        message: excerpt(&p.message, TEXT_BYTES).into_owned(),
+                    })
+                    .collect(),
+                name,
+            })
+            .collect();
+        for name in pending {
+            if !sources.iter().any(|s| s.name == name) {
+                sources.push(pb::SourceInfo {
+                    name,
+                    synced: false,
+                    problems: Vec::new(),
+                });
+            }
+        }
+        sources.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Response::new(pb::ListSourcesResponse { sources }))
+    }
+
     async fn validate_definition(
         &self,
         request: Request<pb::ValidateDefinitionRequest>,

@@ -65,6 +65,11 @@ impl ManifestSet {
             .collect()
     }
 
+    /// How many files this set has read.
+    pub fn reads(&self) -> u64 {
+        self.tracker.reads()
+    }
+
     /// How many objects are in effect.
     pub fn objects(&self) -> usize {
         self.providers.len()

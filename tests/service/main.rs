@@ -7,6 +7,7 @@ mod hardening;
 mod ingest;
 mod kube;
 mod observability;
+mod sources;
 mod strict;
 mod synth_cluster;
 
