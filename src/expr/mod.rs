@@ -7,6 +7,7 @@
 
 pub mod fast;
 pub mod gate;
+pub mod paths;
 pub mod value;
 
 use jaq_core::data::JustLut;

@@ -155,6 +155,8 @@ pub struct Index {
     synced: AtomicBool,
     /// Workload resolutions run so far.
     resolutions: AtomicU64,
+    /// Definition paths that began to find nothing, counted per graph change.
+    empty_paths: crate::drift::EmptyPaths,
 }
 
 /// Where this process's revisions start: a random multiple of 2^32, so a `since_revision`
@@ -189,7 +191,19 @@ impl Index {
             revision_tx,
             synced: AtomicBool::new(sources.is_empty()),
             resolutions: AtomicU64::new(0),
+            empty_paths: crate::drift::EmptyPaths::default(),
         }
+    }
+
+    /// Per definition and field: how often a path that should find something began to find
+    /// nothing in a workload's graph (see [`crate::drift::EmptyPaths`]).
+    pub fn empty_paths(&self) -> &crate::drift::EmptyPaths {
+        &self.empty_paths
+    }
+
+    /// Counts the definition paths a new graph version shows finding nothing.
+    fn observe_empty_paths(&self, before: Option<&pb::Workload>, after: &Published) {
+        self.empty_paths.observe(before, after);
     }
 
     /// Sets how many changes are kept for `Watch` resume.
@@ -513,6 +527,7 @@ impl Index {
                     w.graph.same_graph(&graph) && w.labels.as_ref() == labels.as_ref()
                 });
                 if !same {
+                    self.observe_empty_paths(st.workloads.get(&uid).map(|w| &**w.graph), &graph);
                     let placements = Placements::pack(placements, |pod| st.uid(pod));
                     let graph = Arc::new(graph);
                     st.workloads.insert(

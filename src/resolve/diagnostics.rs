@@ -45,6 +45,34 @@ pub struct Diagnostics {
 
 impl Diagnostics {
     /// Adds a diagnostic unless an identical one exists.
+    pub fn push_diagnostic(&mut self, d: Diagnostic) {
+        if !self.items.contains(&d) {
+            self.items.push(d);
+        }
+    }
+
+    /// Adds a diagnostic about the definition field at YAML path `path` (a path that should
+    /// have found something and found nothing), unless an identical one exists.
+    pub fn push_at(
+        &mut self,
+        severity: &str,
+        code: &str,
+        message: impl Into<String>,
+        component: &str,
+        expression: &str,
+        path: &str,
+    ) {
+        self.push_diagnostic(Diagnostic {
+            severity: severity.to_owned(),
+            code: code.to_owned(),
+            message: message.into(),
+            component: component.to_owned(),
+            expression: expression.to_owned(),
+            path: path.to_owned(),
+        });
+    }
+
+    /// Adds a diagnostic unless an identical one exists.
     pub fn push(
         &mut self,
         severity: &str,
@@ -59,10 +87,9 @@ impl Diagnostics {
             message: message.into(),
             component: component.to_owned(),
             expression: expression.to_owned(),
+            path: String::new(),
         };
-        if !self.items.contains(&d) {
-            self.items.push(d);
-        }
+        self.push_diagnostic(d);
     }
 
     /// True if a diagnostic with this code exists.

@@ -50,6 +50,7 @@ impl pb::definitions_server::Definitions for DefinitionsService {
                     .join("; "),
                 active: true,
                 components: d.components.iter().map(|c| c.name.clone()).collect(),
+                warnings: self.shared.report.drift_of(&d.name),
             })
             .collect();
         // Files whose definitions never loaded.

@@ -5,6 +5,7 @@
 //! compare a hash (ConfigMap-style `..data` symlink swaps name no file), and re-read
 //! periodically as a fallback.
 
+pub mod crds;
 pub mod definitions;
 pub mod kube;
 pub mod manifests;
