@@ -368,6 +368,8 @@ impl Cx<'_> {
         match crd.version(&root.version) {
             Some(v) if v.served => {
                 if v.deprecated {
+                    let others: Vec<String> =
+                        served.iter().filter(|n| **n != v.name).cloned().collect();
                     self.finding(
                         Severity::Warning,
                         code::VERSION_DEPRECATED,
@@ -375,7 +377,14 @@ impl Cx<'_> {
                         String::new(),
                         String::new(),
                         &schema,
-                        format!("{} is deprecated by its CRD; it also serves {}", root, join(&served)),
+                        if others.is_empty() {
+                            format!("{root} is deprecated by its CRD")
+                        } else {
+                            format!(
+                                "{root} is deprecated by its CRD, which also serves {}",
+                                join(&others)
+                            )
+                        },
                     );
                 }
             }

@@ -249,6 +249,10 @@ enum Abs {
     /// A value of the input (or of a global object) at this path; `true` when reached
     /// under `?`/`try`.
     Field(FieldPath, bool),
+    /// A value built from the input field at this path by arithmetic (`.a + .b` merges
+    /// objects or concatenates arrays): navigating it reads the field's parts, but it is not
+    /// the field itself (no comparison or output is about the field).
+    Part(FieldPath, bool),
     /// A literal scalar.
     Lit(Json),
     /// A value computed from others (a number, a string, a boolean): not part of the input.
@@ -337,7 +341,7 @@ impl Cx {
     fn nav(&mut self, value: &Abs, step: &Step, optional: bool, out: &mut Vec<Abs>) {
         let optional = optional || self.optional > 0;
         match value {
-            Abs::Field(path, opt) => {
+            Abs::Field(path, opt) | Abs::Part(path, opt) => {
                 let path = path.with(step.clone());
                 let opt = *opt || optional;
                 self.reads.insert(Read {
@@ -619,17 +623,38 @@ impl Cx {
             BinaryOp::Math(_) => {
                 let left = self.eval(l, input);
                 let right = self.eval(r, input);
-                // `+` merges objects and concatenates arrays: what navigating into the
-                // result reads is not followed.
-                let structured = left
+                let operands: Vec<&Abs> = left
                     .iter()
                     .chain(&right)
-                    .any(|v| !matches!(v, Abs::Lit(_) | Abs::Computed));
-                if structured {
-                    vec![Abs::Unknown("the result of arithmetic on fields")]
-                } else {
-                    vec![Abs::Computed]
+                    .filter(|v| !matches!(v, Abs::Lit(Json::Null)))
+                    .collect();
+                if operands
+                    .iter()
+                    .all(|v| matches!(v, Abs::Lit(_) | Abs::Computed))
+                {
+                    return vec![Abs::Computed];
                 }
+                // Arrays concatenate, objects merge: the parts of the result are the parts of
+                // the operands.
+                if operands.iter().all(|v| matches!(v, Abs::Array(_))) {
+                    let mut items = Vec::new();
+                    for v in operands {
+                        if let Abs::Array(i) = v {
+                            i.iter().for_each(|x| push_unique(&mut items, x.clone()));
+                        }
+                    }
+                    return vec![Abs::Array(items)];
+                }
+                let mut out = Vec::new();
+                for v in operands {
+                    let part = match v {
+                        Abs::Field(p, o) | Abs::Part(p, o) => Abs::Part(p.clone(), *o),
+                        Abs::Lit(_) | Abs::Computed => continue,
+                        other => other.clone(),
+                    };
+                    push_unique(&mut out, part);
+                }
+                out
             }
             BinaryOp::Assign | BinaryOp::Update | BinaryOp::UpdateMath(_) | BinaryOp::UpdateAlt => {
                 self.not_checked("an assignment");
@@ -1025,6 +1050,16 @@ mod tests {
         assert_eq!(reads(r#".spec | has("x")"#), [".spec.x"]);
         assert_eq!(reads(".a as [$x, $y] | $y.b"), [".a[0]", ".a[1].b"]);
         assert_eq!(reads(".a as {b: $x} | $x.c"), [".a.b.c"]);
+    }
+
+    #[test]
+    fn arithmetic_keeps_the_parts_of_fields() {
+        assert_eq!(reads("([.a] + [.b]) | .[].c"), [".a.c", ".b.c"]);
+        assert_eq!(reads("((.x // {}) + (.y // {})).k"), [".x.k", ".y.k"]);
+        let a = analyse(r#"(.a + "x") == "q""#, &[], &[]).unwrap();
+        assert!(a.comparisons.is_empty(), "{:?}", a.comparisons);
+        assert_eq!(outputs(".a + 1"), ["computed"]);
+        assert_eq!(outputs(".a * 2 | . + 1"), ["computed"]);
     }
 
     #[test]
