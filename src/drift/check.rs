@@ -332,8 +332,7 @@ impl Cx<'_> {
         severity: Severity,
         code: &'static str,
         target: Option<&Target>,
-        field: String,
-        at: String,
+        (field, at): (String, String),
         schema: &str,
         message: String,
     ) {
@@ -374,8 +373,7 @@ impl Cx<'_> {
                         Severity::Warning,
                         code::VERSION_DEPRECATED,
                         None,
-                        String::new(),
-                        String::new(),
+                        (String::new(), String::new()),
                         &schema,
                         if others.is_empty() {
                             format!("{root} is deprecated by its CRD")
@@ -392,8 +390,7 @@ impl Cx<'_> {
                 Severity::Error,
                 code::VERSION_NOT_SERVED,
                 None,
-                String::new(),
-                String::new(),
+                (String::new(), String::new()),
                 &schema,
                 format!(
                     "the CRD does not serve {}: it serves {} (a new version replaced it? add a definition for it)",
@@ -433,8 +430,7 @@ impl Cx<'_> {
                 Severity::Warning,
                 code::NEWER_VERSION,
                 None,
-                String::new(),
-                String::new(),
+                (String::new(), String::new()),
                 &schema,
                 format!(
                     "the CRD also serves the newer {}{} with no definition for it; {tail}",
@@ -468,8 +464,7 @@ impl Cx<'_> {
                 Severity::Warning,
                 code::CHILD_VERSION_NOT_SERVED,
                 None,
-                String::new(),
-                String::new(),
+                (String::new(), String::new()),
                 &format!("CRD {} ({})", crd.name, crd.source),
                 format!(
                     "child kind {gvk} is not served (the CRD serves {}): owner chains through it are not watched",
@@ -511,8 +506,7 @@ impl Cx<'_> {
                     Severity::Error,
                     code::NOT_CACHED,
                     Some(target),
-                    read.path.to_string(),
-                    prefix(&read.path, depth),
+                    (read.path.to_string(), prefix(&read.path, depth)),
                     &subject.label,
                     format!(
                         "`{}` always reads null: kartograf caches pods without `{at}` (docs/definitions.md §2)",
@@ -693,8 +687,7 @@ impl Cx<'_> {
                 Severity::Error,
                 code::WRONG_TYPE,
                 Some(target),
-                path.to_string(),
-                path.to_string(),
+                (path.to_string(), path.to_string()),
                 &subject.label,
                 format!(
                     "`{path}` {verb} {value}, but it is {} in {}: they are never equal",
@@ -712,8 +705,7 @@ impl Cx<'_> {
                 Severity::Error,
                 code::NOT_IN_ENUM,
                 Some(target),
-                path.to_string(),
-                path.to_string(),
+                (path.to_string(), path.to_string()),
                 &subject.label,
                 format!(
                     "`{path}` {verb} {value}, which its enum in {} does not contain ({})",
@@ -862,8 +854,7 @@ impl Cx<'_> {
             Severity::Error,
             code::WRONG_TARGET,
             Some(target),
-            p.to_string(),
-            p.to_string(),
+            (p.to_string(), p.to_string()),
             &subject.label,
             format!(
                 "{field} yields `{p}`, which is {} in {}, not {what}",

@@ -1,6 +1,7 @@
 //! Service tests: the real gRPC server over loopback with the generated client, fed by a
 //! watched manifest directory and a hot-reloaded definitions directory.
 
+mod drift;
 mod fake_apiserver;
 mod hardening;
 mod ingest;
