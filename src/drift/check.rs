@@ -136,9 +136,8 @@ struct Analysed {
     analysis: Analysis,
 }
 
-/// Checks every definition in `defs` (reported in that order). `covered` are the root kinds
-/// all definitions in effect cover (a newer CRD version that one of them covers is not
-/// reported).
+/// Checks one definition against `schemas`. `covered` are the root kinds all definitions in
+/// effect cover (a newer CRD version that one of them covers is not reported).
 pub fn check_definition(
     def: &Definition,
     schemas: &Schemas,
@@ -664,6 +663,9 @@ impl Cx<'_> {
         overlays: &[Overlay<'_>],
         verb: &str,
     ) {
+        // Matchers (`byPhase`, `byConditions`, `expectedResult`) compare text: a number field
+        // matches "1". jq comparisons and written values are typed.
+        let as_text = verb.contains("matched");
         if value.is_null() || (subject.projected && leaves_projection(&path.steps).is_some()) {
             return;
         }
@@ -676,7 +678,12 @@ impl Cx<'_> {
             Shape::Any => return,
             Shape::Object { .. } | Shape::Array(_) => (Vec::new(), None),
         };
+        let text = |v: &Json| match v {
+            Json::String(s) => s.clone(),
+            other => other.to_string(),
+        };
         let fits = match value {
+            _ if as_text => !types.is_empty(),
             Json::String(_) => types.contains(&"string"),
             Json::Bool(_) => types.contains(&"boolean"),
             Json::Number(_) => types.contains(&"integer") || types.contains(&"number"),
@@ -697,8 +704,15 @@ impl Cx<'_> {
             );
             return;
         }
+        let listed = |allowed: &[Json]| {
+            if as_text {
+                allowed.iter().any(|a| text(a) == text(value))
+            } else {
+                allowed.contains(value)
+            }
+        };
         if let Some(allowed) = allowed
-            && !allowed.contains(value)
+            && !listed(allowed)
         {
             let list: Vec<String> = allowed.iter().map(ToString::to_string).collect();
             self.finding(
@@ -804,6 +818,14 @@ impl Cx<'_> {
                         self.role_mismatch(target, subject, p, &shape, "a map of strings");
                     }
                 }
+                Role::Expected(expected) => self.compare(
+                    target,
+                    subject,
+                    p,
+                    &Json::String(expected.clone()),
+                    overlays,
+                    "is matched (expectedResult) with",
+                ),
                 Role::Assignment(value) => {
                     if !value.is_null() {
                         self.compare(target, subject, p, value, overlays, "is set to");

@@ -6,7 +6,7 @@ use serde_json::Value as Json;
 use std::path::Path;
 
 /// One version of a CRD.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CrdVersion {
     /// `v1`, `v1alpha2`, …
     pub name: String,
@@ -21,9 +21,9 @@ pub struct CrdVersion {
 }
 
 /// A CRD.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Crd {
-    /// `metadata.name` (`jobsets.jobset.x-k8s.io`).
+    /// `metadata.name` (`widgets.example.com`).
     pub name: String,
     /// `spec.group`.
     pub group: String,

@@ -45,6 +45,8 @@ pub enum Role {
     Conditions(ConditionsUse),
     /// A suspend/resume path: the field written, and the JSON value written there.
     Assignment(serde_json::Value),
+    /// A matcher expression whose first output, as text, must equal this.
+    Expected(String),
 }
 
 /// How a definition uses the conditions its `conditionsDefinition.path` yields.
@@ -288,7 +290,7 @@ fn component(c: &mut Collect, comp: &ComponentDefinition, path: &str) {
                     format!("{sp}.statusMappings.{key}[{i}].byExpression.expression"),
                     Some(&e.expression),
                     On::Workload,
-                    Role::Any,
+                    Role::Expected(e.expected_result.clone()),
                 );
             }
         }

@@ -436,9 +436,7 @@ impl Cx {
             Term::BinOp(l, op, r) => self.binop(l, op, r, input),
             Term::Label(_, t) => self.eval(t, input),
             Term::Break(_) => Vec::new(),
-            Term::Fold(kind, source, pattern, args) => {
-                self.fold(kind, source, pattern, args, input)
-            }
+            Term::Fold(_, source, pattern, args) => self.fold(source, pattern, args, input),
             Term::TryCatch(t, catch) => {
                 self.optional += 1;
                 let mut out = self.eval(t, input);
@@ -691,9 +689,10 @@ impl Cx {
         }
     }
 
+    /// `reduce`/`foreach`: the source and the initial value run on the input; the update
+    /// runs on an accumulator the analysis does not follow.
     fn fold(
         &mut self,
-        kind: &str,
         source: &Term<&str>,
         pattern: &Pattern<&str>,
         args: &[Term<&str>],
@@ -712,7 +711,6 @@ impl Cx {
             self.eval_all(t, &acc);
         }
         self.env.truncate(before);
-        let _ = kind;
         vec![Abs::Unknown("the result of `reduce`/`foreach`")]
     }
 

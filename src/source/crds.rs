@@ -181,12 +181,18 @@ pub async fn run(
                                 changed = true;
                             }
                             Event::Apply(obj) => {
+                                // Only a change of a kept CRD's schema or versions counts
+                                // (status updates and unrelated CRDs do not).
                                 let name = obj.metadata.name.clone().unwrap_or_default();
-                                match keep(obj, &wanted) {
-                                    Some(crd) => { crds.insert(name, crd); }
-                                    None => { crds.remove(&name); }
-                                }
-                                changed = listed;
+                                let differs = match keep(obj, &wanted) {
+                                    Some(crd) => {
+                                        let same = crds.get(&name) == Some(&crd);
+                                        crds.insert(name, crd);
+                                        !same
+                                    }
+                                    None => crds.remove(&name).is_some(),
+                                };
+                                changed = listed && differs;
                             }
                             Event::Delete(obj) => {
                                 let name = obj.metadata.name.clone().unwrap_or_default();

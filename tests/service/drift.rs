@@ -200,6 +200,71 @@ async fn crd_changes_show_as_drift_and_empty_paths_are_counted() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_cluster_reads_the_crds_of_the_kubeconfig_cluster() {
+    let fake = FakeApiServer::new();
+    fake.register(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        true,
+    );
+    fake.upsert(drifted(jobset_crd()));
+    let url = fake.serve_http().await;
+    let dir = crate::temp_dir("kubeconfig");
+    let kubeconfig = dir.join("config");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+             clusters: [{{name: fake, cluster: {{server: \"{url}\"}}}}]\n\
+             users: [{{name: fake, user: {{}}}}]\n\
+             contexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]\n"
+        ),
+    )
+    .unwrap();
+    let run = |args: &'static [&'static str]| {
+        let kubeconfig = kubeconfig.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_kartograf"))
+                .args(args)
+                .env("KUBECONFIG", kubeconfig)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .unwrap()
+        })
+    };
+    let out = run(&["check", "--cluster"]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("DRIFT")
+            && l.contains("`.spec.replicatedJobs[].replicas`: jobset.x-k8s.io/v1alpha2 JobSet (cluster) has no field `replicas`")),
+        "{text}"
+    );
+    assert!(fake.requests(CRDS, false) >= 1);
+
+    let out = run(&["check", "--cluster", "-o", "json"]).await.unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let jobset = v["drift"]["definitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == JOBSET)
+        .unwrap();
+    assert_eq!(jobset["findings"][0]["code"], "unknown_field");
+    assert_eq!(
+        jobset["findings"][0]["field"],
+        ".spec.replicatedJobs[].replicas"
+    );
+    assert_eq!(v["drift"]["crds"], json!(["cluster"]));
+}
+
 /// Aborts the task when dropped.
 fn scopeguard(task: tokio::task::JoinHandle<()>) -> impl Drop {
     struct Abort(tokio::task::JoinHandle<()>);
