@@ -253,7 +253,7 @@ fn overlays<'a>(workload: &Subject<'a>, analysed: &[Analysed]) -> Vec<Overlay<'a
                 continue;
             }
             let open = match walk(workload.node, true, &p.steps, &[]) {
-                Walk::Open(_) => true,
+                Walk::Open(_) | Walk::Undeclared(..) => true,
                 Walk::Found(n) => matches!(
                     n.shape(),
                     Shape::Any
@@ -517,6 +517,22 @@ impl Cx<'_> {
             match walk(subject.node, true, &read.path.steps, overlays) {
                 Walk::Found(_) => self.report.stats.checked += 1,
                 Walk::Open(_) => self.report.stats.open += 1,
+                Walk::Undeclared(depth, key) => {
+                    self.report.stats.open += 1;
+                    self.finding(
+                        Severity::Warning,
+                        code::UNDECLARED_FIELD,
+                        Some(target),
+                        (read.path.to_string(), prefix(&read.path, depth)),
+                        &subject.label,
+                        format!(
+                            "`{}`: `{}` does not declare `{key}` but keeps unknown fields in {}: a typo, or a field of another release?",
+                            read.path,
+                            prefix(&read.path, depth),
+                            subject.label
+                        ),
+                    );
+                }
                 Walk::NotChecked(depth, why) => {
                     self.report.stats.not_checked += 1;
                     self.report.not_checked.push(NotChecked {
@@ -577,7 +593,7 @@ impl Cx<'_> {
                 let other = crd_subject(crd, v);
                 if matches!(
                     walk(other.node, true, &path.steps, overlays),
-                    Walk::Found(_) | Walk::Open(_)
+                    Walk::Found(_) | Walk::Open(_) | Walk::Undeclared(..)
                 ) {
                     present_in.push(v.name.clone());
                 }
@@ -845,7 +861,7 @@ impl Cx<'_> {
                     let inner = if fits && !steps.is_empty() {
                         matches!(
                             walk(node, false, &steps, &[]),
-                            Walk::Found(_) | Walk::Open(_)
+                            Walk::Found(_) | Walk::Open(_) | Walk::Undeclared(..)
                         )
                     } else {
                         fits

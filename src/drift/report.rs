@@ -35,6 +35,8 @@ pub mod code {
     pub const WRONG_TYPE: &str = "wrong_type";
     /// A pod spec path does not lead to what its field promises (a PodTemplateSpec, …).
     pub const WRONG_TARGET: &str = "wrong_target";
+    /// A path names a field an object keeps without declaring it (warning).
+    pub const UNDECLARED_FIELD: &str = "undeclared_field";
     /// A pod expression reads a field kartograf does not keep of pods (always `null`).
     pub const NOT_CACHED: &str = "not_cached";
     /// The definition's version of its root kind is not served by the CRD.

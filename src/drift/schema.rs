@@ -279,6 +279,10 @@ pub enum Walk<'a> {
     Found(Node<'a>),
     /// The first `depth` steps fit, then the schema is open (undeclared fields kept).
     Open(usize),
+    /// The first `depth` steps fit; step `depth` names a field the object does not declare
+    /// but keeps (`x-kubernetes-preserve-unknown-fields` beside declared `properties`): valid,
+    /// and worth a look (a typo, or a field of another release).
+    Undeclared(usize, String),
     /// The first `depth` steps fit; the next cannot be checked (why).
     NotChecked(usize, &'static str),
     /// Step `depth` does not fit.
@@ -387,6 +391,9 @@ pub fn walk<'a>(
                             node = n;
                             resource = false;
                             continue;
+                        }
+                        None if properties.is_some_and(|p| !p.is_empty()) => {
+                            return Walk::Undeclared(depth, key.clone());
                         }
                         None => return Walk::Open(depth + 1),
                     },

@@ -357,6 +357,7 @@ spec:
         podTemplateSpecPath: .spec.template
       scaleDefinition:
         replicasPath: .spec.extra.replicas // 1
+        minReplicasPath: .spec.minReplicaz
       statusDefinition:
         statusMappings:
           running:
@@ -375,7 +376,7 @@ fn open_schemas_are_open_and_embedded_pod_templates_use_the_core_schema() {
         "metadata": {"name": "widgets.example.com"},
         "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"},
           "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema":
-            {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            {"type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "properties": {
               "template": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
               "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}}}]}});
     let r = check(&compile(WIDGET_OPEN), vec![crd(&widget)]);
@@ -393,6 +394,14 @@ fn open_schemas_are_open_and_embedded_pod_templates_use_the_core_schema() {
             .contains("no field `containerz` at `.spec.template.spec`")
     );
     assert!(r.stats.open >= 1, "{:?}", r.stats);
+    // `.spec` keeps unknown fields but declares others: an undeclared one is a warning.
+    let w = find(&r, code::UNDECLARED_FIELD, "minReplicasPath");
+    assert_eq!(w.severity, Severity::Warning);
+    assert!(
+        w.message.contains("`.spec` does not declare `minReplicaz`"),
+        "{}",
+        w.message
+    );
 }
 
 #[test]
