@@ -25,7 +25,8 @@ pub struct Args {
     /// Definition files or folders; the embedded catalog when none are given.
     pub paths: Vec<PathBuf>,
     /// Also check every definition against these CustomResourceDefinitions (YAML/JSON files
-    /// or folders; built-in kinds and pods use the embedded Kubernetes schema).
+    /// or folders; built-in kinds and pods use the embedded Kubernetes schema). Takes every
+    /// path that follows: write definition paths before it.
     #[arg(long = "crds", value_name = "PATH", num_args = 1..)]
     pub crds: Vec<PathBuf>,
     /// Also check against the CRDs of the cluster of the current kubeconfig (or in-cluster
