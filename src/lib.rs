@@ -15,6 +15,7 @@
 pub mod admin;
 pub mod cli;
 pub mod definition;
+pub mod drift;
 pub mod excerpt;
 pub mod expr;
 pub mod index;

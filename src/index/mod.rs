@@ -225,6 +225,8 @@ pub struct Index {
     problems: Mutex<std::collections::BTreeMap<String, Vec<SourceProblem>>>,
     /// The sources the index was created with.
     sources: Vec<String>,
+    /// Definition paths that began to find nothing, counted per graph change.
+    empty_paths: crate::drift::EmptyPaths,
 }
 
 /// A problem a source reports: a file that did not parse (its last good documents stay
@@ -278,7 +280,14 @@ impl Index {
             feed: std::sync::OnceLock::new(),
             problems: Mutex::default(),
             sources: sources.iter().map(|s| (*s).to_owned()).collect(),
+            empty_paths: crate::drift::EmptyPaths::default(),
         }
+    }
+
+    /// Per definition and field: how often a path that should find something began to find
+    /// nothing in a workload's graph (see [`crate::drift::EmptyPaths`]).
+    pub fn empty_paths(&self) -> &crate::drift::EmptyPaths {
+        &self.empty_paths
     }
 
     /// Replaces the problems `source` reports.
@@ -722,6 +731,7 @@ impl Index {
                 message: note.to_string(),
                 component: String::new(),
                 expression: String::new(),
+                path: String::new(),
             });
         }
         let by_identity: HashMap<String, Uid> = pods
@@ -790,6 +800,8 @@ impl Index {
             } else {
                 pb::EventType::Added
             };
+            self.empty_paths
+                .observe(previous.as_ref().map(|w| &**w.graph), &r.graph);
             let graph = Arc::new(r.graph.stamped(board.revision + 1));
             board.workloads.insert(
                 r.uid.clone(),

@@ -41,6 +41,34 @@ fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
     Ok(())
 }
 
+/// Schema drift: findings per definition checked against a schema (a gauge), and how often a
+/// definition path began to find nothing in a workload's graph (a counter).
+fn drift(encoder: &mut DescriptorEncoder, index: &Index, report: &LoadReport) -> Result<(), Error> {
+    let findings = report.drift();
+    gauges(
+        encoder,
+        "kartograf_definition_drift",
+        "Schema drift findings of a definition against the cluster's CRDs (0: it fits; absent: no schema known)",
+        findings
+            .iter()
+            .map(|(d, lines)| ([("definition", d.as_str())], lines.len() as i64)),
+    )?;
+    let empty = index.empty_paths().snapshot();
+    let mut metric = encoder.encode_descriptor(
+        "kartograf_definition_path_empty",
+        "Times a definition path that should find something (a pod spec, a gang key, a matching status mapping) began to find nothing in a workload's graph.",
+        None,
+        MetricType::Counter,
+    )?;
+    for ((definition, path), n) in &empty {
+        let labels = [("definition", definition.as_str()), ("path", path.as_str())];
+        metric
+            .encode_family(&labels)?
+            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(n, None)?;
+    }
+    Ok(())
+}
+
 /// `Running` for `PHASE_RUNNING`.
 fn phase_name(phase: i32) -> String {
     let name = pb::Phase::try_from(phase).unwrap_or(pb::Phase::Unspecified);
@@ -198,6 +226,8 @@ impl Collector for Inventory {
                     .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&n, None)?;
             }
         }
+
+        drift(e, &self.index, &self.report)?;
 
         // Every pod of every workload: those placed in a component, then those none claims
         // (component ""), so that a join on the pod never loses a pod the workload counts.

@@ -298,7 +298,7 @@ impl Resolver<'_> {
                 }
             }
             if let Some(key) = missing {
-                self.diags.push(
+                self.diags.push_at(
                     WARNING,
                     code::GANG_KEY_MISSING,
                     format!(
@@ -307,6 +307,7 @@ impl Resolver<'_> {
                     ),
                     &def.components[member.component].name,
                     key.source(),
+                    &key.path,
                 );
                 continue;
             }

@@ -460,12 +460,15 @@ impl Resolver<'_> {
                 let declared = scale.replicas.or(scale.min_replicas);
                 let desired = if pod_bearing && !present {
                     if declared.is_some_and(|n| n > 0) {
-                        self.diags.push(
+                        let comp = &self.def.components[c];
+                        let expr = comp.spec.as_ref().and_then(|s| s.primary());
+                        self.diags.push_at(
                             INFO,
                             code::SPEC_MISSING,
                             format!("the pod spec of instance `{id}` is missing; counting no pods"),
-                            &self.def.components[c].name,
-                            "",
+                            &comp.name,
+                            expr.map_or("", |e| e.source()),
+                            expr.map_or("", |e| e.path.as_str()),
                         );
                     }
                     0

@@ -100,7 +100,13 @@ impl pb::definitions_server::Definitions for DefinitionsService {
                     .quarantined()
                     .map(|q| excerpt(&q.reason, TEXT_BYTES).into_owned())
                     .unwrap_or_default(),
-                warnings: d.warnings.iter().map(ToString::to_string).collect(),
+                warnings: d
+                    .warnings
+                    .iter()
+                    .map(|w| excerpt(&w.to_string(), TEXT_BYTES).into_owned())
+                    .chain(self.shared.report.drift_of(&d.name))
+                    .take(MAX_DEFINITION_ERRORS)
+                    .collect(),
             })
             .collect();
         // Files whose definitions never loaded.

@@ -211,6 +211,11 @@ impl Publisher {
         self.generation.send_replace(generation);
     }
 
+    /// The report every publication sets (load errors; schema drift is set beside them).
+    pub fn report(&self) -> Arc<LoadReport> {
+        self.report.clone()
+    }
+
     /// Sees the generation of every published catalog.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.generation.subscribe()

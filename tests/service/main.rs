@@ -2,6 +2,7 @@
 //! watched manifest directory and a hot-reloaded definitions directory.
 
 mod budget;
+mod drift;
 mod fake_apiserver;
 mod hardening;
 mod ingest;
