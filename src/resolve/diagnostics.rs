@@ -12,6 +12,9 @@ pub const WARNING: &str = "warning";
 /// Severity `error`: the graph could not be computed as defined.
 pub const ERROR: &str = "error";
 
+/// Longest rendering of a value quoted in a diagnostic (the whole message is bounded too).
+pub const VALUE_BYTES: usize = 256;
+
 /// Diagnostic codes.
 pub mod code {
     /// A jq expression failed at run time.
