@@ -108,21 +108,14 @@ fn the_catalog_fits_the_upstream_crds() {
         .map(ToString::to_string)
         .collect();
     assert!(errors.is_empty(), "{errors:#?}");
-    // Every definition is checked against a schema, except the two whose CRD is not in
-    // tests/crds (see tests/crds/README.md).
+    // Every definition is checked against a schema.
     let unchecked: Vec<&str> = report
         .definitions
         .iter()
         .filter(|d| d.schema.is_none())
         .map(|d| d.name.as_str())
         .collect();
-    assert_eq!(
-        unchecked,
-        [
-            "nvidia-com-dynamographdeployment-v1alpha1",
-            "nvidia-com-dynamographdeployment-v1beta1"
-        ]
-    );
+    assert!(unchecked.is_empty(), "{unchecked:?}");
     let s = report.stats;
     assert!(s.expressions > 500, "{s:?}");
     assert!(
@@ -166,6 +159,80 @@ fn a_renamed_field_is_an_unknown_field() {
     );
     assert!(f.expression.contains(".replicas // 1"));
     assert_eq!(errors(&r).len(), 1, "{:#?}", r.findings);
+}
+
+const DYNAMO_V1ALPHA1: &str = "nvidia-com-dynamographdeployment-v1alpha1";
+const DYNAMO_V1BETA1: &str = "nvidia-com-dynamographdeployment-v1beta1";
+
+#[test]
+fn the_dynamo_definitions_are_checked_against_the_dynamo_crd() {
+    let json = crd_json("dynamo-dynamographdeployment.json");
+    for (name, version) in [(DYNAMO_V1ALPHA1, "v1alpha1"), (DYNAMO_V1BETA1, "v1beta1")] {
+        let r = check(&definition(name), vec![crd(&json)]);
+        assert_eq!(
+            r.schema.as_deref(),
+            Some(format!("nvidia.com/{version} DynamoGraphDeployment (drifted.json)").as_str())
+        );
+        assert!(errors(&r).is_empty(), "{:#?}", r.findings);
+        // The DGD schema is typed all the way down (services, extraPodSpec, podTemplate):
+        // every path is checked to its end, none stops at an open schema.
+        assert!(r.stats.field_paths > 15, "{name}: {:?}", r.stats);
+        assert_eq!(
+            r.stats.checked, r.stats.field_paths,
+            "{name}: {:?}",
+            r.stats
+        );
+    }
+    // `.status.state` has an enum: the empty string the definitions once compared it with is
+    // not a state (an object without one has no `state` at all).
+    let text = std::fs::read_to_string(
+        fixture_root().join("catalog/nvidia-com-dynamographdeployment-v1beta1.yaml"),
+    )
+    .unwrap()
+    .replace(
+        ".status.state | . == null",
+        r#"(.status.state // "") | . == """#,
+    );
+    let r = check(&compile(&text), vec![crd(&json)]);
+    let f = find(
+        &r,
+        code::NOT_IN_ENUM,
+        "initializing[0].byExpression.expression",
+    );
+    assert_eq!(f.field, ".status.state");
+    assert_eq!(errors(&r).len(), 1, "{:#?}", r.findings);
+    // v1alpha1 is deprecated in favour of v1beta1 (still served; the storage version up to 1.3).
+    let r = check(&definition(DYNAMO_V1ALPHA1), vec![crd(&json)]);
+    let deprecated = find(&r, code::VERSION_DEPRECATED, "");
+    assert_eq!(deprecated.severity, Severity::Warning);
+}
+
+#[test]
+fn a_dynamo_crd_without_component_min_available_is_drift() {
+    // Dynamo up to 1.2 had no `minAvailable` on v1beta1 components (added for Grove-backed
+    // DGDs in 1.3): both expressions that read it are reported against such a CRD.
+    let mut json = crd_json("dynamo-dynamographdeployment.json");
+    let component = node(schema(&mut json, "v1beta1"), &["spec", "components", "[]"]);
+    component["properties"]
+        .as_object_mut()
+        .unwrap()
+        .remove("minAvailable")
+        .unwrap();
+    let r = check(&definition(DYNAMO_V1BETA1), vec![crd(&json)]);
+    for at in [
+        "scaleDefinition.minReplicasPath",
+        "podGroups[0].minMemberPath",
+    ] {
+        let f = find(&r, code::UNKNOWN_FIELD, at);
+        assert_eq!(f.field, ".spec.components[].minAvailable");
+        assert!(
+            f.message
+                .contains("has no field `minAvailable` at `.spec.components[]`"),
+            "{}",
+            f.message
+        );
+    }
+    assert_eq!(errors(&r).len(), 2, "{:#?}", r.findings);
 }
 
 #[test]
