@@ -5,9 +5,9 @@
 //! builds a new catalog and publishes it whole.
 
 use super::DefinitionError;
-use super::compile::Definition;
 use super::load::{self, Parsed};
 use super::model::GroupVersionKind;
+use super::plan::Definition;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;

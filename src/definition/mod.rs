@@ -8,10 +8,11 @@ pub mod catalog;
 pub mod compile;
 pub mod load;
 pub mod model;
+pub mod plan;
 
 pub use catalog::{Catalog, Lookup};
-pub use compile::Definition;
 pub use model::{GroupVersionKind, Karta};
+pub use plan::Definition;
 
 /// One problem with a definition: where (file, YAML path), which expression, what.
 #[derive(Debug, Clone, PartialEq, Eq)]
