@@ -239,23 +239,6 @@ pub fn load_path(path: &Path) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
     (defs, errors)
 }
 
-/// The embedded catalog overlaid with the definitions below `dir` (if given). Any invalid
-/// definition is an error listing every problem.
-pub fn load_layers(dir: Option<&Path>) -> Result<Catalog, Vec<DefinitionError>> {
-    let (embedded, mut errors) = load_embedded();
-    let mut layers = vec![embedded];
-    if let Some(dir) = dir {
-        let (defs, errs) = load_path(dir);
-        errors.extend(errs);
-        layers.push(defs);
-    }
-    if errors.is_empty() {
-        Ok(Catalog::from_layers(1, layers))
-    } else {
-        Err(errors)
-    }
-}
-
 /// Kubernetes version priority: `v2` > `v1` > `v1beta2` > `v1beta1` > `v1alpha1` > others.
 pub fn version_priority(version: &str) -> (u8, u32, u32) {
     let parse = |v: &str| -> Option<(u8, u32, u32)> {

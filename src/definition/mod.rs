@@ -6,6 +6,7 @@
 pub mod breaker;
 pub mod catalog;
 pub mod compile;
+pub mod layers;
 pub mod load;
 pub mod model;
 pub mod plan;
