@@ -189,7 +189,7 @@ impl Object {
     /// depth budget is kept with `problem` set so it still resolves (to a partial graph).
     pub fn from_json(json: &Json, limits: Limits) -> Result<Object, String> {
         let meta = ObjectMeta::from_json(json)?;
-        let (packed, problem) = match Packed::pack(json, &Keep::All, limits) {
+        let (packed, problem) = match Packed::pack(json, &OBJECT_RULE, limits) {
             Ok(p) => (p, None),
             Err(e) => (Packed::default(), Some(e.to_string())),
         };
@@ -246,6 +246,31 @@ pub struct Pod {
     /// Answers of evaluations on this pod (see [`crate::resolve`]).
     pub(crate) memo: Memo,
 }
+
+/// What is kept of an object other than a pod: everything but `metadata.managedFields`,
+/// kubectl's `last-applied-configuration` annotation (a copy of the whole applied object, env
+/// values included) and the `env`/`envFrom` of containers in embedded pod templates. With
+/// [`POD_PROJECTION`] for pods, this is the one rule of what kartograf caches, whatever the
+/// source (Kubernetes watches, manifest files, inline objects).
+pub const OBJECT_RULE: Keep = Keep::Shape(
+    &[
+        (
+            "metadata",
+            Keep::Shape(
+                &[
+                    ("managedFields", Keep::Drop),
+                    (
+                        "annotations",
+                        Keep::Without(&["kubectl.kubernetes.io/last-applied-configuration"]),
+                    ),
+                ],
+                &Keep::All,
+            ),
+        ),
+        ("spec", Keep::NoEnv),
+    ],
+    &Keep::All,
+);
 
 /// The part of a pod that resolution and definitions read (see [`project_pod`]).
 pub const POD_PROJECTION: Keep = Keep::Fields(&[

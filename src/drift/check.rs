@@ -296,6 +296,17 @@ fn leaves_projection(steps: &[Step]) -> Option<usize> {
             (Keep::Without(_), _) => return None,
             (Keep::Each(inner), Step::Each | Step::Index(_) | Step::Dynamic | Step::Slice) => inner,
             (Keep::Each(_), _) => return Some(depth),
+            (Keep::Shape(fields, rest), Step::Key(k)) => {
+                match fields.iter().find(|(name, _)| name == k) {
+                    Some((_, Keep::Drop)) => return Some(depth),
+                    Some((_, inner)) => inner,
+                    None => rest,
+                }
+            }
+            (Keep::Shape(_, rest), _) => rest,
+            (Keep::Drop, _) => return Some(depth),
+            // Only container environments are left out, which no definition reads.
+            (Keep::NoEnv, _) => return None,
         };
     }
     None

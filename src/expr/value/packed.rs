@@ -34,7 +34,17 @@ pub enum Keep {
     Without(&'static [&'static str]),
     /// Of an array, every item projected (items of another shape are kept as they are).
     Each(&'static Keep),
+    /// Of an object, these fields by their own rule, every other field by the second.
+    Shape(&'static [(&'static str, Keep)], &'static Keep),
+    /// Leave the field out (in a [`Keep::Shape`]).
+    Drop,
+    /// Everything, except `env` and `envFrom` of the items of any `containers` or
+    /// `initContainers` list at any depth (what pod templates embedded in objects hold).
+    NoEnv,
 }
+
+/// A container without its environment.
+const NO_ENV_CONTAINER: Keep = Keep::Without(&["env", "envFrom"]);
 
 const NULL: u8 = 0;
 const FALSE: u8 = 1;
@@ -236,6 +246,35 @@ impl Packer {
                 picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
                 self.object(picked, depth, keys)
             }
+            (Json::Object(map), Keep::Shape(fields, rest)) => {
+                let mut picked: Vec<(&str, &Json, &Keep)> = map
+                    .iter()
+                    .filter_map(|(k, v)| {
+                        let rule = fields
+                            .iter()
+                            .find(|(name, _)| *name == k.as_str())
+                            .map_or(*rest, |(_, rule)| rule);
+                        (!matches!(rule, Keep::Drop)).then_some((k.as_str(), v, rule))
+                    })
+                    .collect();
+                picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                self.object(picked, depth, keys)
+            }
+            (Json::Object(map), Keep::NoEnv) => {
+                const CONTAINERS: Keep = Keep::Each(&NO_ENV_CONTAINER);
+                let mut picked: Vec<(&str, &Json, &Keep)> = map
+                    .iter()
+                    .map(|(k, v)| {
+                        let rule = match (k.as_str(), v) {
+                            ("containers" | "initContainers", Json::Array(_)) => &CONTAINERS,
+                            _ => &Keep::NoEnv,
+                        };
+                        (k.as_str(), v, rule)
+                    })
+                    .collect();
+                picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                self.object(picked, depth, keys)
+            }
             (Json::Object(map), _) => {
                 let mut picked: Vec<(&str, &Json, &Keep)> = map
                     .iter()
@@ -247,6 +286,7 @@ impl Packer {
             (Json::Array(items), keep) => {
                 let item_keep = match keep {
                     Keep::Each(k) => *k,
+                    Keep::NoEnv => &Keep::NoEnv,
                     _ => &Keep::All,
                 };
                 self.out.push(ARRAY);

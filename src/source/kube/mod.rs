@@ -1,8 +1,13 @@
 //! The Kubernetes source: kube-rs watchers feeding the index, and Karta objects feeding the
 //! definition layers.
 //!
+//! Layout: this module plans what to watch (discovery, modes, readiness, the task per kind);
+//! [`informer`] drives one kind's watcher into a sink (the index or the definitions);
+//! [`convert`] turns watched objects into JSON documents.
+//!
 //! What is watched, per group+kind (see [`wanted_kinds`] and [`Mode`]):
-//! - root kinds of the catalog and core v1 Pod: full objects (sanitized, see [`sanitize`]);
+//! - root kinds of the catalog and core v1 Pod: full objects (what is never cached is left
+//!   out at conversion: `object::OBJECT_RULE` and `POD_PROJECTION`);
 //! - kinds that are only child/intermediate kinds: metadata only (`PartialObjectMetadata`
 //!   list/watch), enough for owner chains and labels;
 //! - `run.ai/v1alpha1` Karta objects (cluster-scoped): each is validated and compiled into
@@ -21,16 +26,18 @@
 //! readiness false, except when it is forbidden (403): after `startup_attempts` forbidden
 //! attempts readiness stops waiting for it, and it keeps retrying with backoff.
 
+mod convert;
+mod informer;
+
+pub use informer::forbidden_message;
+use informer::watch_kind;
+
 use crate::definition::catalog::version_priority;
 use crate::definition::{Catalog, GroupVersionKind, model};
 use crate::index::{Feed, Index};
-use crate::object::Cached;
 use crate::source::definitions::Publisher;
-use ::kube::api::{Api, ApiResource, DynamicObject};
-use ::kube::core::{PartialObjectMeta, Status};
-use ::kube::runtime::watcher::{self, Event};
-use futures::{Stream, StreamExt};
-use serde_json::Value as Json;
+use ::kube::api::ApiResource;
+use ::kube::runtime::watcher;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -407,352 +414,6 @@ fn spawn_drift_check(tasks: &mut JoinSet<()>, ctx: &Ctx) {
             p.subscribe(),
             ctx.settings.backoff,
         ));
-    }
-}
-
-/// One kind's watcher task in its mode.
-async fn watch_kind(ctx: Arc<Ctx>, ar: ApiResource, mode: Mode) {
-    let mut config = watcher::Config::default();
-    if mode != Mode::Definitions
-        && let Some(ns) = &ctx.settings.namespace
-    {
-        config = config.fields(&format!("metadata.namespace={ns}"));
-    }
-    match mode {
-        Mode::Metadata => {
-            let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(ctx.client.clone(), &ar);
-            drive(&ctx, &ar, mode, watcher::watcher(api, config)).await;
-        }
-        Mode::Full | Mode::Definitions => {
-            let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &ar);
-            drive(&ctx, &ar, mode, watcher::watcher(api, config)).await;
-        }
-    }
-}
-
-/// Consumes a watcher stream: buffers each (re)list and replaces the kind's objects at once,
-/// applies and deletes events as they come, and backs off after errors.
-async fn drive<K: IntoJson>(
-    ctx: &Ctx,
-    ar: &ApiResource,
-    mode: Mode,
-    stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
-) {
-    let source = source_name(ar);
-    let mut stream = std::pin::pin!(stream);
-    // A (re)list arrives item by item: objects are converted as they come, so the list is
-    // never held as JSON; Karta documents are kept as they are for the definition layer.
-    let mut buffer: Vec<Result<Cached, String>> = Vec::new();
-    let mut kartas: Vec<Json> = Vec::new();
-    let mut listed = false;
-    let mut inits = 0u32;
-    let mut errors = 0u32;
-    let mut forbidden = 0u32;
-    while let Some(item) = stream.next().await {
-        let event = match item {
-            Err(e) => {
-                let delay = ctx
-                    .settings
-                    .backoff
-                    .delay(errors)
-                    .max(retry_after(&e).unwrap_or_default());
-                errors = errors.saturating_add(1);
-                ctx.on_error(&source, &e, delay);
-                if let Some(verb) = forbidden_verb(&e) {
-                    forbidden += 1;
-                    tracing::error!(source = %source, "{}", forbidden_message(ar, verb));
-                    if !listed && forbidden == ctx.settings.startup_attempts {
-                        tracing::warn!(source = %source, "kubernetes: readiness no longer waits for this kind; still retrying");
-                        ctx.gate.done(&source);
-                    }
-                }
-                tokio::time::sleep(delay).await;
-                continue;
-            }
-            Ok(event) => event,
-        };
-        if !matches!(event, Event::Init) {
-            errors = 0;
-            forbidden = 0;
-        }
-        match event {
-            Event::Init => {
-                ctx.on_restart(&source, inits > 0);
-                inits += 1;
-                buffer.clear();
-                kartas.clear();
-            }
-            Event::InitApply(obj) => {
-                let Some(json) = to_json(obj, ar) else {
-                    continue;
-                };
-                match mode {
-                    Mode::Definitions => kartas.push(json),
-                    Mode::Full | Mode::Metadata => buffer.push(ctx.index.convert(&json)),
-                }
-            }
-            Event::InitDone => {
-                match mode {
-                    Mode::Definitions => replace_definitions(ctx, &std::mem::take(&mut kartas)),
-                    Mode::Full | Mode::Metadata => {
-                        replace_objects(ctx, &source, std::mem::take(&mut buffer)).await
-                    }
-                }
-                ctx.on_event(&source, "list");
-                if !listed {
-                    listed = true;
-                    ctx.gate.done(&source);
-                }
-            }
-            Event::Apply(obj) => {
-                let Some(json) = to_json(obj, ar) else {
-                    continue;
-                };
-                ctx.on_event(&source, "apply");
-                match (mode, ctx.publisher.as_ref()) {
-                    (Mode::Definitions, Some(p)) => {
-                        let (key, origin) = karta_identity(&json);
-                        p.update(|l| l.apply_cluster(&key, &origin, &json));
-                    }
-                    (Mode::Definitions, None) => {}
-                    _ => ctx.feed.apply(json, &source).await,
-                }
-            }
-            Event::Delete(obj) => {
-                let Some(json) = to_json(obj, ar) else {
-                    continue;
-                };
-                ctx.on_event(&source, "delete");
-                match (mode, ctx.publisher.as_ref()) {
-                    (Mode::Definitions, Some(p)) => {
-                        let (key, _) = karta_identity(&json);
-                        p.update(|l| l.delete_cluster(&key));
-                    }
-                    (Mode::Definitions, None) => {}
-                    _ => ctx.feed.delete(identity(&json)).await,
-                }
-            }
-        }
-    }
-    tracing::warn!(source = %source, "kubernetes: watch stream ended");
-}
-
-/// A full (re)list of a kind replaces its objects in the index.
-async fn replace_objects(ctx: &Ctx, source: &str, items: Vec<Result<Cached, String>>) {
-    let objects = items.len();
-    let skipped = ctx.feed.reset(source, items).await;
-    tracing::info!(
-        source = %source,
-        objects,
-        skipped = skipped.len(),
-        "kubernetes: list replaced"
-    );
-    for s in skipped {
-        tracing::warn!(source = %source, "kubernetes: object skipped: {s}");
-    }
-}
-
-/// A full (re)list of Karta objects replaces the cluster definition layer.
-fn replace_definitions(ctx: &Ctx, docs: &[Json]) {
-    let Some(publisher) = ctx.publisher.as_ref() else {
-        return;
-    };
-    let objects: Vec<(String, String, Json)> = docs
-        .iter()
-        .map(|d| {
-            let (key, origin) = karta_identity(d);
-            (key, origin, d.clone())
-        })
-        .collect();
-    publisher.update(|l| l.reset_cluster(&objects));
-}
-
-/// A Karta object's key in the cluster layer (uid, else name) and its origin label
-/// (`cluster:{name}`, or `cluster:{namespace}/{name}` for a namespaced object).
-fn karta_identity(json: &Json) -> (String, String) {
-    let s = |p: &str| json.pointer(p).and_then(Json::as_str).unwrap_or_default();
-    let (ns, name) = (s("/metadata/namespace"), s("/metadata/name"));
-    let origin = if ns.is_empty() {
-        format!("cluster:{name}")
-    } else {
-        format!("cluster:{ns}/{name}")
-    };
-    let uid = s("/metadata/uid");
-    let key = if uid.is_empty() {
-        origin.clone()
-    } else {
-        uid.to_owned()
-    };
-    (key, origin)
-}
-
-/// The API status of a failed request, if the server sent one.
-fn error_status(e: &watcher::Error) -> Option<&Status> {
-    match e {
-        watcher::Error::InitialListFailed(c)
-        | watcher::Error::WatchStartFailed(c)
-        | watcher::Error::WatchFailed(c) => match c {
-            ::kube::Error::Api(status) => Some(status),
-            _ => None,
-        },
-        watcher::Error::WatchError(status) => Some(status),
-        watcher::Error::NoResourceVersion => None,
-    }
-}
-
-/// The server's `retryAfterSeconds` (429 Too Many Requests and similar).
-fn retry_after(e: &watcher::Error) -> Option<Duration> {
-    let secs = error_status(e)?.details.as_ref()?.retry_after_seconds;
-    (secs > 0).then(|| Duration::from_secs(u64::from(secs)))
-}
-
-/// The RBAC verb a 403 Forbidden was about: `list` for the initial list, `watch` otherwise.
-fn forbidden_verb(e: &watcher::Error) -> Option<&'static str> {
-    if !error_status(e)?.is_forbidden() {
-        return None;
-    }
-    Some(match e {
-        watcher::Error::InitialListFailed(_) => "list",
-        _ => "watch",
-    })
-}
-
-/// What to do about a forbidden kind, naming the kind, resource and missing verb.
-pub fn forbidden_message(ar: &ApiResource, verb: &str) -> String {
-    let group = if ar.group.is_empty() {
-        "\"\" (core)".to_owned()
-    } else {
-        format!("\"{}\"", ar.group)
-    };
-    format!(
-        "kubernetes: forbidden to {verb} {} ({}): grant kartograf's service account the `{verb}` \
-         verb (kartograf needs get, list and watch) on resource \"{}\" in API group {group} with a \
-         ClusterRole and ClusterRoleBinding",
-        ar.kind, ar.api_version, ar.plural
-    )
-}
-
-/// The index identity of an object: its uid, or the stand-in the index derives without one.
-fn identity(json: &Json) -> String {
-    let s = |p: &str| json.pointer(p).and_then(Json::as_str).unwrap_or_default();
-    let uid = s("/metadata/uid");
-    if !uid.is_empty() {
-        return uid.to_owned();
-    }
-    let (ns, name) = (s("/metadata/namespace"), s("/metadata/name"));
-    let key = if ns.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{ns}/{name}")
-    };
-    format!("{}:{}:{key}", s("/apiVersion"), s("/kind"))
-}
-
-/// Converts a watched object (full or metadata-only) to JSON with the watched kind's
-/// `apiVersion`/`kind` (metadata-only objects arrive as `meta.k8s.io/v1`
-/// `PartialObjectMetadata`), sanitized.
-fn to_json<K: IntoJson>(obj: K, ar: &ApiResource) -> Option<Json> {
-    let mut json = match obj.into_json() {
-        Ok(j) => j,
-        Err(e) => {
-            tracing::warn!(kind = %ar.kind, "kubernetes: cannot convert object: {e}");
-            return None;
-        }
-    };
-    let map = json.as_object_mut()?;
-    for (key, value) in [("apiVersion", &ar.api_version), ("kind", &ar.kind)] {
-        map.insert(key.to_owned(), Json::String(value.clone()));
-    }
-    sanitize(&mut json);
-    Some(json)
-}
-
-/// A watched object turned into JSON, moving what it already holds as JSON.
-trait IntoJson {
-    fn into_json(self) -> serde_json::Result<Json>;
-}
-
-impl IntoJson for DynamicObject {
-    fn into_json(self) -> serde_json::Result<Json> {
-        // The body is JSON already: only the typed metadata is serialized.
-        let mut json = match self.data {
-            Json::Object(map) => Json::Object(map),
-            _ => Json::Object(serde_json::Map::new()),
-        };
-        if let Json::Object(map) = &mut json {
-            map.insert("metadata".to_owned(), serde_json::to_value(&self.metadata)?);
-        }
-        Ok(json)
-    }
-}
-
-impl IntoJson for PartialObjectMeta<DynamicObject> {
-    fn into_json(self) -> serde_json::Result<Json> {
-        serde_json::to_value(&self)
-    }
-}
-
-/// Strips what is never cached: `metadata.managedFields`; for pods every container's
-/// `env`, `envFrom`, `command` and `args` and `spec.volumes`; for any other object the
-/// `env`/`envFrom` of containers in embedded pod templates.
-pub fn sanitize(json: &mut Json) {
-    if let Some(meta) = json.get_mut("metadata").and_then(Json::as_object_mut) {
-        meta.remove("managedFields");
-        // kubectl's copy of the whole applied object, env values included.
-        if let Some(a) = meta.get_mut("annotations").and_then(Json::as_object_mut) {
-            a.remove("kubectl.kubernetes.io/last-applied-configuration");
-        }
-    }
-    let is_pod = json.get("kind").and_then(Json::as_str) == Some("Pod")
-        && json.get("apiVersion").and_then(Json::as_str) == Some("v1");
-    if is_pod {
-        if let Some(spec) = json.get_mut("spec").and_then(Json::as_object_mut) {
-            spec.remove("volumes");
-            for list in ["containers", "initContainers", "ephemeralContainers"] {
-                for c in spec
-                    .get_mut(list)
-                    .and_then(Json::as_array_mut)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Json::as_object_mut)
-                {
-                    for field in ["env", "envFrom", "command", "args"] {
-                        c.remove(field);
-                    }
-                }
-            }
-        }
-    } else if let Some(spec) = json.get_mut("spec") {
-        strip_template_env(spec, 0);
-    }
-}
-
-/// Removes `env`/`envFrom` from every container list below `value` (bounded depth).
-fn strip_template_env(value: &mut Json, depth: usize) {
-    if depth > 32 {
-        return;
-    }
-    match value {
-        Json::Object(map) => {
-            for (key, v) in map.iter_mut() {
-                if matches!(key.as_str(), "containers" | "initContainers")
-                    && let Json::Array(items) = v
-                {
-                    for c in items.iter_mut().filter_map(Json::as_object_mut) {
-                        c.remove("env");
-                        c.remove("envFrom");
-                    }
-                } else {
-                    strip_template_env(v, depth + 1);
-                }
-            }
-        }
-        Json::Array(items) => {
-            for v in items {
-                strip_template_env(v, depth + 1);
-            }
-        }
-        _ => {}
     }
 }
 

@@ -1,0 +1,266 @@
+//! One watched kind's informer: the kube-rs watcher stream driven into a [`Sink`] (the
+//! index, or the cluster definition layer), with backoff, readiness and informer metrics;
+//! and what an API error means (retry-after, forbidden and the RBAC to grant).
+
+use super::convert::{IntoJson, identity, to_json};
+use super::{Ctx, Mode, source_name};
+use crate::index::Feed;
+use crate::object::Cached;
+use crate::source::definitions::Publisher;
+use ::kube::api::{Api, ApiResource, DynamicObject};
+use ::kube::core::{PartialObjectMeta, Status};
+use ::kube::runtime::watcher::{self, Event};
+use futures::{Stream, StreamExt};
+use serde_json::Value as Json;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One kind's watcher task in its mode.
+pub(super) async fn watch_kind(ctx: Arc<Ctx>, ar: ApiResource, mode: Mode) {
+    let mut config = watcher::Config::default();
+    if mode != Mode::Definitions
+        && let Some(ns) = &ctx.settings.namespace
+    {
+        config = config.fields(&format!("metadata.namespace={ns}"));
+    }
+    match mode {
+        Mode::Metadata => {
+            let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(ctx.client.clone(), &ar);
+            drive(&ctx, &ar, &ctx.feed, watcher::watcher(api, config)).await;
+        }
+        Mode::Full => {
+            let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &ar);
+            drive(&ctx, &ar, &ctx.feed, watcher::watcher(api, config)).await;
+        }
+        Mode::Definitions => {
+            let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &ar);
+            let sink = Kartas(ctx.publisher.clone());
+            drive(&ctx, &ar, &sink, watcher::watcher(api, config)).await;
+        }
+    }
+}
+
+/// Where one watched kind's objects go: the index (through its writer), or the cluster
+/// layer of the definitions (Karta objects). As kubert's index traits: a full (re)list
+/// replaces what the kind held, then objects are applied and deleted one by one.
+pub(super) trait Sink: Send + Sync {
+    /// A listed object as the sink keeps it until the list is complete (converted as it
+    /// arrives, so a relist is never held as JSON).
+    type Item: Send;
+    /// Converts a listed object.
+    fn convert(&self, json: Json) -> Self::Item;
+    /// Replaces everything `source` holds with a complete list.
+    fn reset(&self, source: &str, items: Vec<Self::Item>) -> impl Future<Output = ()> + Send;
+    /// Adds or replaces one object.
+    fn apply(&self, source: &str, json: Json) -> impl Future<Output = ()> + Send;
+    /// Removes one object.
+    fn delete(&self, source: &str, json: &Json) -> impl Future<Output = ()> + Send;
+}
+
+/// The index, through its writer thread.
+impl Sink for Feed {
+    type Item = Result<Cached, String>;
+
+    fn convert(&self, json: Json) -> Self::Item {
+        Cached::from_json(&json, crate::expr::Limits::default())
+    }
+
+    async fn reset(&self, source: &str, items: Vec<Self::Item>) {
+        let objects = items.len();
+        let skipped = Feed::reset(self, source, items).await;
+        tracing::info!(
+            source = %source,
+            objects,
+            skipped = skipped.len(),
+            "kubernetes: list replaced"
+        );
+        for s in skipped {
+            tracing::warn!(source = %source, "kubernetes: object skipped: {s}");
+        }
+    }
+
+    async fn apply(&self, source: &str, json: Json) {
+        Feed::apply(self, json, source).await;
+    }
+
+    async fn delete(&self, _source: &str, json: &Json) {
+        Feed::delete(self, identity(json)).await;
+    }
+}
+
+/// The cluster layer of the definitions: Karta objects by uid (else name).
+pub(super) struct Kartas(pub Option<Arc<Publisher>>);
+
+impl Sink for Kartas {
+    type Item = (String, String, Json);
+
+    fn convert(&self, json: Json) -> Self::Item {
+        let (key, origin) = karta_identity(&json);
+        (key, origin, json)
+    }
+
+    async fn reset(&self, _source: &str, items: Vec<Self::Item>) {
+        if let Some(p) = &self.0 {
+            p.update(|l| l.reset_cluster(&items));
+        }
+    }
+
+    async fn apply(&self, _source: &str, json: Json) {
+        if let Some(p) = &self.0 {
+            let (key, origin) = karta_identity(&json);
+            p.update(|l| l.apply_cluster(&key, &origin, &json));
+        }
+    }
+
+    async fn delete(&self, _source: &str, json: &Json) {
+        if let Some(p) = &self.0 {
+            let (key, _) = karta_identity(json);
+            p.update(|l| l.delete_cluster(&key));
+        }
+    }
+}
+
+/// Consumes a watcher stream into `sink`: buffers each (re)list (converted as it arrives)
+/// and replaces the kind's objects at once, applies and deletes events as they come, and
+/// backs off after errors.
+async fn drive<K: IntoJson, S: Sink>(
+    ctx: &Ctx,
+    ar: &ApiResource,
+    sink: &S,
+    stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
+) {
+    let source = source_name(ar);
+    let mut stream = std::pin::pin!(stream);
+    let mut buffer: Vec<S::Item> = Vec::new();
+    let mut listed = false;
+    let mut inits = 0u32;
+    let mut errors = 0u32;
+    let mut forbidden = 0u32;
+    while let Some(item) = stream.next().await {
+        let event = match item {
+            Err(e) => {
+                let delay = ctx
+                    .settings
+                    .backoff
+                    .delay(errors)
+                    .max(retry_after(&e).unwrap_or_default());
+                errors = errors.saturating_add(1);
+                ctx.on_error(&source, &e, delay);
+                if let Some(verb) = forbidden_verb(&e) {
+                    forbidden += 1;
+                    tracing::error!(source = %source, "{}", forbidden_message(ar, verb));
+                    if !listed && forbidden == ctx.settings.startup_attempts {
+                        tracing::warn!(source = %source, "kubernetes: readiness no longer waits for this kind; still retrying");
+                        ctx.gate.done(&source);
+                    }
+                }
+                tokio::time::sleep(delay).await;
+                continue;
+            }
+            Ok(event) => event,
+        };
+        if !matches!(event, Event::Init) {
+            errors = 0;
+            forbidden = 0;
+        }
+        match event {
+            Event::Init => {
+                ctx.on_restart(&source, inits > 0);
+                inits += 1;
+                buffer.clear();
+            }
+            Event::InitApply(obj) => {
+                if let Some(json) = to_json(obj, ar) {
+                    buffer.push(sink.convert(json));
+                }
+            }
+            Event::InitDone => {
+                sink.reset(&source, std::mem::take(&mut buffer)).await;
+                ctx.on_event(&source, "list");
+                if !listed {
+                    listed = true;
+                    ctx.gate.done(&source);
+                }
+            }
+            Event::Apply(obj) => {
+                if let Some(json) = to_json(obj, ar) {
+                    ctx.on_event(&source, "apply");
+                    sink.apply(&source, json).await;
+                }
+            }
+            Event::Delete(obj) => {
+                if let Some(json) = to_json(obj, ar) {
+                    ctx.on_event(&source, "delete");
+                    sink.delete(&source, &json).await;
+                }
+            }
+        }
+    }
+    tracing::warn!(source = %source, "kubernetes: watch stream ended");
+}
+
+/// A Karta object's key in the cluster layer (uid, else name) and its origin label
+/// (`cluster:{name}`, or `cluster:{namespace}/{name}` for a namespaced object).
+fn karta_identity(json: &Json) -> (String, String) {
+    let s = |p: &str| json.pointer(p).and_then(Json::as_str).unwrap_or_default();
+    let (ns, name) = (s("/metadata/namespace"), s("/metadata/name"));
+    let origin = if ns.is_empty() {
+        format!("cluster:{name}")
+    } else {
+        format!("cluster:{ns}/{name}")
+    };
+    let uid = s("/metadata/uid");
+    let key = if uid.is_empty() {
+        origin.clone()
+    } else {
+        uid.to_owned()
+    };
+    (key, origin)
+}
+
+/// The API status of a failed request, if the server sent one.
+fn error_status(e: &watcher::Error) -> Option<&Status> {
+    match e {
+        watcher::Error::InitialListFailed(c)
+        | watcher::Error::WatchStartFailed(c)
+        | watcher::Error::WatchFailed(c) => match c {
+            ::kube::Error::Api(status) => Some(status),
+            _ => None,
+        },
+        watcher::Error::WatchError(status) => Some(status),
+        watcher::Error::NoResourceVersion => None,
+    }
+}
+
+/// The server's `retryAfterSeconds` (429 Too Many Requests and similar).
+fn retry_after(e: &watcher::Error) -> Option<Duration> {
+    let secs = error_status(e)?.details.as_ref()?.retry_after_seconds;
+    (secs > 0).then(|| Duration::from_secs(u64::from(secs)))
+}
+
+/// The RBAC verb a 403 Forbidden was about: `list` for the initial list, `watch` otherwise.
+fn forbidden_verb(e: &watcher::Error) -> Option<&'static str> {
+    if !error_status(e)?.is_forbidden() {
+        return None;
+    }
+    Some(match e {
+        watcher::Error::InitialListFailed(_) => "list",
+        _ => "watch",
+    })
+}
+
+/// What to do about a forbidden kind, naming the kind, resource and missing verb.
+pub fn forbidden_message(ar: &ApiResource, verb: &str) -> String {
+    let group = if ar.group.is_empty() {
+        "\"\" (core)".to_owned()
+    } else {
+        format!("\"{}\"", ar.group)
+    };
+    format!(
+        "kubernetes: forbidden to {verb} {} ({}): grant kartograf's service account the `{verb}` \
+         verb (kartograf needs get, list and watch) on resource \"{}\" in API group {group} with a \
+         ClusterRole and ClusterRoleBinding",
+        ar.kind, ar.api_version, ar.plural
+    )
+}
