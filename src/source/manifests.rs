@@ -13,7 +13,7 @@ use crate::expr::Limits;
 use crate::index::{Index, SourceProblem, Update};
 use crate::manifest;
 use crate::object::Cached;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,18 +35,46 @@ enum Outcome {
     Parsed(u64, Vec<Result<Cached, String>>),
 }
 
-/// The objects a file gave, by identity.
-type FileObjects = Vec<(Identity, Cached)>;
+/// The objects a file gave, sorted by identity, one per identity.
+#[derive(Default)]
+struct FileObjects(Vec<(Identity, Cached)>);
+
+impl FileObjects {
+    fn get(&self, id: &str) -> Option<&Cached> {
+        self.0
+            .binary_search_by(|(i, _)| i.as_ref().cmp(id))
+            .ok()
+            .map(|at| &self.0[at].1)
+    }
+}
+
+/// The files defining one identity (by file number), in path order: the first is in effect.
+enum Providers {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+impl Providers {
+    fn as_slice(&self) -> &[u32] {
+        match self {
+            Providers::One(f) => std::slice::from_ref(f),
+            Providers::Many(fs) => fs,
+        }
+    }
+}
 
 /// The documents of a directory tree as the index should hold them.
 pub struct ManifestSet {
     root: PathBuf,
     limits: Limits,
     tracker: Tracker<FileObjects>,
-    /// Files defining each identity, sorted: the first is the one in effect.
-    providers: HashMap<Identity, Vec<PathBuf>>,
-    /// Identities noted as duplicates last time.
-    noted: HashSet<Identity>,
+    /// Files defining each identity (see [`Providers`]).
+    providers: HashMap<Identity, Providers>,
+    /// File numbers: each path once.
+    files: Vec<PathBuf>,
+    file_numbers: HashMap<PathBuf, u32>,
+    /// Identities defined in more than one file, with the note about them.
+    noted: BTreeMap<Identity, String>,
     /// Current problems per file (or the directory itself).
     problems: std::collections::BTreeMap<PathBuf, String>,
 }
@@ -59,7 +87,9 @@ impl ManifestSet {
             limits,
             tracker: Tracker::default(),
             providers: HashMap::new(),
-            noted: HashSet::new(),
+            files: Vec::new(),
+            file_numbers: HashMap::new(),
+            noted: BTreeMap::new(),
             problems: std::collections::BTreeMap::new(),
         }
     }
@@ -67,13 +97,15 @@ impl ManifestSet {
     /// The problems known now: files that failed (they keep their last good objects), a
     /// missing directory, objects defined in two files.
     pub fn problems(&self) -> Vec<SourceProblem> {
-        self.problems
-            .iter()
-            .map(|(p, m)| SourceProblem {
-                path: p.display().to_string(),
-                message: m.clone(),
-            })
-            .collect()
+        let files = self.problems.iter().map(|(p, m)| SourceProblem {
+            path: p.display().to_string(),
+            message: m.clone(),
+        });
+        let duplicates = self.noted.iter().map(|(id, note)| SourceProblem {
+            path: id.to_string(),
+            message: note.clone(),
+        });
+        files.chain(duplicates).collect()
     }
 
     /// How many files this set has read.
@@ -108,7 +140,7 @@ impl ManifestSet {
         for path in &scan.removed {
             self.problems.remove(path);
             if let Some(objects) = self.tracker.remove(path) {
-                for (id, _) in objects {
+                for (id, _) in objects.0 {
                     self.drop_provider(&id, path);
                     touched.insert(id);
                 }
@@ -162,23 +194,26 @@ impl ManifestSet {
     ) {
         let path = &c.path;
         let mut skipped = Vec::new();
-        let mut objects: FileObjects = Vec::with_capacity(docs.len());
-        let mut seen: HashSet<Identity> = HashSet::new();
+        let mut all: Vec<(Identity, Cached)> = Vec::with_capacity(docs.len());
         for converted in docs {
             match converted {
-                Ok(cached) => {
-                    let id: Identity = cached.meta().identity().into();
-                    if !seen.insert(id.clone()) {
-                        skipped.push(format!(
-                            "{id} is defined twice in this file; the last one is used"
-                        ));
-                        objects.retain(|(i, _)| i != &id);
-                    }
-                    objects.push((id, cached));
-                }
+                Ok(cached) => all.push((cached.meta().identity().into(), cached)),
                 Err(e) => skipped.push(e),
             }
         }
+        // One object per identity: the file's last document of it.
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut objects: Vec<(Identity, Cached)> = Vec::with_capacity(all.len());
+        for (id, cached) in all {
+            if objects.last().is_some_and(|(last, _)| *last == id) {
+                skipped.push(format!(
+                    "{id} is defined twice in this file; the last one is used"
+                ));
+                objects.pop();
+            }
+            objects.push((id, cached));
+        }
+        let objects = FileObjects(objects);
         if skipped.is_empty() {
             self.problems.remove(path);
         } else {
@@ -187,34 +222,82 @@ impl ManifestSet {
             }
             self.problems.insert(path.clone(), skipped.join("; "));
         }
-        let old: HashMap<Identity, Cached> = self
+        let gone: Vec<Identity> = self
             .tracker
             .payload(path)
-            .map(|o| o.iter().cloned().collect())
+            .map(|old| {
+                old.0
+                    .iter()
+                    .filter(|(id, _)| objects.get(id).is_none())
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            })
             .unwrap_or_default();
-        for id in old.keys().filter(|id| !seen.contains(*id)) {
-            self.drop_provider(id, path);
-            touched.insert(id.clone());
+        for id in gone {
+            self.drop_provider(&id, path);
+            touched.insert(id);
         }
-        for (id, cached) in &objects {
-            let providers = self.providers.entry(id.clone()).or_default();
-            if let Err(at) = providers.binary_search(path) {
-                providers.insert(at, path.clone());
-            }
+        let file = self.file_number(path);
+        for (id, cached) in &objects.0 {
+            self.add_provider(id, file);
             // An object whose content did not change needs nothing sent.
-            if !old.get(id).is_some_and(|o| o.same(cached)) {
+            let old = self.tracker.payload(path).and_then(|old| old.get(id));
+            if !old.is_some_and(|o| o.same(cached)) {
                 touched.insert(id.clone());
             }
         }
         self.tracker.keep(c, hash, objects);
     }
 
-    fn drop_provider(&mut self, id: &Identity, path: &Path) {
-        if let Some(providers) = self.providers.get_mut(id) {
-            providers.retain(|p| p != path);
-            if providers.is_empty() {
-                self.providers.remove(id);
+    fn file_number(&mut self, path: &Path) -> u32 {
+        if let Some(n) = self.file_numbers.get(path) {
+            return *n;
+        }
+        let n = u32::try_from(self.files.len()).unwrap_or(u32::MAX);
+        self.files.push(path.to_path_buf());
+        self.file_numbers.insert(path.to_path_buf(), n);
+        n
+    }
+
+    fn add_provider(&mut self, id: &Identity, file: u32) {
+        let files = &self.files;
+        let by_path = |a: &u32, b: &u32| files[*a as usize].cmp(&files[*b as usize]);
+        match self.providers.get_mut(id) {
+            None => {
+                self.providers.insert(id.clone(), Providers::One(file));
             }
+            Some(Providers::One(f)) if *f == file => {}
+            Some(Providers::One(f)) => {
+                let mut all = vec![*f, file];
+                all.sort_by(by_path);
+                self.providers.insert(id.clone(), Providers::Many(all));
+            }
+            Some(Providers::Many(all)) => {
+                if !all.contains(&file) {
+                    all.push(file);
+                    all.sort_by(by_path);
+                }
+            }
+        }
+    }
+
+    fn drop_provider(&mut self, id: &Identity, path: &Path) {
+        let Some(&file) = self.file_numbers.get(path) else {
+            return;
+        };
+        let remove = match self.providers.get_mut(id) {
+            Some(Providers::One(f)) => *f == file,
+            Some(Providers::Many(all)) => {
+                all.retain(|f| *f != file);
+                if let [only] = all[..] {
+                    self.providers.insert(id.clone(), Providers::One(only));
+                }
+                false
+            }
+            None => false,
+        };
+        if remove {
+            self.providers.remove(id);
         }
     }
 
@@ -224,23 +307,26 @@ impl ManifestSet {
         for id in touched {
             let Some(providers) = self.providers.get(&id) else {
                 update.deletes.push(id.to_string());
-                if self.noted.remove(&id) {
+                if self.noted.remove(&id).is_some() {
                     update.notes.push((id.to_string(), None));
                 }
                 continue;
             };
-            let first = &providers[0];
+            let providers = providers.as_slice();
+            let first = &self.files[providers[0] as usize];
             let copy = self
                 .tracker
                 .payload(first)
-                .and_then(|o| o.iter().find(|(i, _)| i == &id))
-                .map(|(_, c)| c.clone());
+                .and_then(|o| o.get(&id))
+                .cloned();
             if let Some(cached) = copy {
                 update.upserts.push(cached);
             }
             if providers.len() > 1 {
-                let files: Vec<String> =
-                    providers.iter().map(|p| p.display().to_string()).collect();
+                let files: Vec<String> = providers
+                    .iter()
+                    .map(|f| self.files[*f as usize].display().to_string())
+                    .collect();
                 let note = format!(
                     "{id} is defined in {} files ({}); the copy in {} is used",
                     files.len(),
@@ -248,9 +334,9 @@ impl ManifestSet {
                     files[0]
                 );
                 tracing::warn!("{note}");
-                self.noted.insert(id.clone());
+                self.noted.insert(id.clone(), note.clone());
                 update.notes.push((id.to_string(), Some(note)));
-            } else if self.noted.remove(&id) {
+            } else if self.noted.remove(&id).is_some() {
                 update.notes.push((id.to_string(), None));
             }
         }
@@ -261,11 +347,8 @@ impl ManifestSet {
     pub fn current(&self) -> Vec<Cached> {
         let mut out = Vec::with_capacity(self.providers.len());
         for (id, providers) in &self.providers {
-            if let Some((_, c)) = self
-                .tracker
-                .payload(&providers[0])
-                .and_then(|o| o.iter().find(|(i, _)| i == id))
-            {
+            let first = &self.files[providers.as_slice()[0] as usize];
+            if let Some(c) = self.tracker.payload(first).and_then(|o| o.get(id)) {
                 out.push(c.clone());
             }
         }
