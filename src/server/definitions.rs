@@ -82,7 +82,7 @@ impl pb::definitions_server::Definitions for DefinitionsService {
         &self,
         _request: Request<pb::ListDefinitionsRequest>,
     ) -> Result<Response<pb::ListDefinitionsResponse>, Status> {
-        let catalog = self.shared.index.catalog();
+        let catalog = self.shared.store.catalog();
         let errors = self.shared.report.get();
         let mut definitions: Vec<pb::DefinitionInfo> = catalog
             .definitions()
