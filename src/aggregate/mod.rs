@@ -613,6 +613,21 @@ impl Store for Aggregator {
             return Err(ambiguous(&format!("workload {}", what(r)), &clusters));
         }
         found.sort_by(|a, b| a.key.cmp(&b.key));
+        if found.is_empty()
+            && !r.kind.is_empty()
+            && !self
+                .catalog
+                .definitions()
+                .any(|d| d.root_kind.kind.eq_ignore_ascii_case(&r.kind))
+        {
+            // As a server of one cluster answers (by the aggregator's own catalog: an
+            // upstream's cluster definitions are not known here).
+            return Err(Status::failed_precondition(format!(
+                "no definition covers kind `{}` (no workload of that kind is known{})",
+                echo(&r.kind),
+                scope(cluster)
+            )));
+        }
         found.into_iter().next().map(|w| w.graph.clone()).ok_or_else(|| {
             Status::not_found(format!(
                 "no workload {} is known{} (is it part of another workload, not created yet, or of an upstream that is down?)",
