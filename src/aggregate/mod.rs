@@ -458,7 +458,9 @@ impl Aggregator {
             state.expired = true;
         }
         let gone = self.keys_of(up);
-        tracing::warn!(upstream = %up.name(), workloads = gone.len(), "upstream stale past the grace period; its workloads are deleted");
+        if !gone.is_empty() {
+            tracing::warn!(upstream = %up.name(), workloads = gone.len(), "upstream stale past the grace period; its workloads are deleted");
+        }
         self.publish(up, Vec::new(), gone);
     }
 

@@ -119,8 +119,13 @@ impl Upstream {
         format!("{}{uid}", self.prefix)
     }
 
+    /// True while it has a connection (it is followed, or being resynced).
+    pub fn connected(&self) -> bool {
+        self.connection().is_some()
+    }
+
     /// True when it serves `cluster`: its name, or a cluster its graphs named.
-    pub(super) fn serves(&self, cluster: &str) -> bool {
+    pub fn serves(&self, cluster: &str) -> bool {
         cluster == self.config.name || self.state().clusters.contains(cluster)
     }
 
@@ -200,8 +205,12 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut next = e.source();
     while let Some(s) = next {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
+        let part = s.to_string();
+        // Errors often repeat their source's text in their own.
+        if !text.ends_with(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
         next = s.source();
     }
     text
@@ -235,7 +244,13 @@ pub(super) async fn run(aggregator: Arc<Aggregator>, upstream: Arc<Upstream>) {
         if ended.synced {
             attempt = 0;
         }
-        tracing::warn!(upstream = %upstream.name(), reason = %ended.reason, "upstream lost; reconnecting");
+        // The first failure of a streak, then every tenth, so an upstream that stays down is
+        // still visible in the log without a line per attempt.
+        if attempt.is_multiple_of(10) {
+            tracing::warn!(upstream = %upstream.name(), reason = %ended.reason, attempt, "upstream lost; reconnecting");
+        } else {
+            tracing::debug!(upstream = %upstream.name(), reason = %ended.reason, attempt, "upstream lost; reconnecting");
+        }
         aggregator.mark_stale(&upstream, &ended.reason);
         tokio::time::sleep(aggregator.settings.backoff.delay(attempt)).await;
         attempt = attempt.saturating_add(1);

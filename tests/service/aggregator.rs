@@ -904,6 +904,41 @@ async fn upstreams_over_tls_with_tokens_from_a_reloaded_file() {
     )
     .unwrap();
     wait(|| count("b") == n, "b joined").await;
+    // New settings for b (another spelling of its address): reconnected and reconciled, its
+    // workloads kept throughout.
+    let revision = h.aggregator.board().revision();
+    let localhost = b.url().replace("127.0.0.1", "localhost");
+    std::fs::write(
+        &file,
+        format!("upstreams:\n{entry_a}  - name: b\n    url: {localhost}\n"),
+    )
+    .unwrap();
+    wait(
+        || {
+            h.aggregator
+                .upstream("b")
+                .is_some_and(|u| u.config.url == localhost)
+        },
+        "b's new settings",
+    )
+    .await;
+    wait(
+        || h.aggregator.upstream("b").is_some_and(|u| u.connected()),
+        "b reconnected",
+    )
+    .await;
+    // Its snapshot arrives right after the stream opens.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(count("b"), n);
+    let (changes, _, _) = h
+        .aggregator
+        .board()
+        .changes_since_counted(revision, &Default::default())
+        .unwrap();
+    assert!(
+        changes.iter().all(|c| c.kind != pb::EventType::Deleted),
+        "nothing deleted by a reconnection"
+    );
     std::fs::write(&file, "upstreams: [nonsense").unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
@@ -1153,4 +1188,50 @@ async fn the_cli_speaks_to_an_aggregator_of_kartograf_processes() {
             .contains("cluster: west"),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_every_upstream_unless_serving_partial() {
+    let a = Cluster::start("a", &demo_copy("ready-a"), 0).await;
+    // Nothing listens on this port.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let gone = UpstreamConfig::new("gone", &format!("http://{closed}"));
+    let strict = Aggregator::new(Catalog::default(), fast(Duration::from_secs(60)));
+    strict.set_upstreams(vec![a.upstream(), gone.clone()]);
+    wait(|| strict.board().len() > 20, "a's workloads").await;
+    assert!(!strict.synced(), "one upstream never synced");
+    assert_eq!(strict.pending(), ["upstream gone"]);
+    let shared = Shared::new(
+        strict.clone(),
+        Arc::new(LoadReport::default()),
+        tokio::sync::watch::channel(false).1,
+    );
+    let ready = kartograf::admin::route(&shared, "/readyz");
+    assert_eq!(ready.status(), 503);
+    let partial = Aggregator::new(
+        Catalog::default(),
+        aggregate::Settings {
+            serve_partial: true,
+            ..fast(Duration::from_secs(60))
+        },
+    );
+    partial.set_upstreams(vec![a.upstream(), gone]);
+    assert!(partial.synced(), "--serve-partial: ready at once");
+    wait(|| partial.board().len() > 20, "a's workloads").await;
+    let text = Shared::new(
+        partial.clone(),
+        Arc::new(LoadReport::default()),
+        tokio::sync::watch::channel(false).1,
+    )
+    .metrics
+    .encode();
+    assert!(
+        text.contains("kartograf_upstream_stale{cluster=\"gone\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("kartograf_upstream_synced{cluster=\"gone\"} 0"));
+    assert!(text.contains("kartograf_upstream_synced{cluster=\"a\"} 1"));
 }
