@@ -2,10 +2,10 @@
 //! port's `/metrics`.
 //!
 //! Two kinds: event counters kept here (RPCs, Watch subscribers, informer events), and
-//! state computed from what the server serves ([`Observed`]) at every scrape ([`inventory`]: index sizes, definition
-//! load errors, diagnostics, per-workload GPUs/pods/phase and the pod-to-workload join). The
-//! per-workload and per-pod series are never stored, so a deleted workload's series vanish
-//! with it.
+//! state computed at every scrape from what the server serves ([`Observed`]: the index, or an
+//! aggregator; [`inventory`]: index sizes, definition load errors, diagnostics, per-workload
+//! GPUs/pods/phase, the pod-to-workload join, upstreams). The per-workload and per-pod series
+//! are never stored, so a deleted workload's series vanish with it.
 
 mod inventory;
 

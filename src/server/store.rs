@@ -1,7 +1,8 @@
 //! The narrow interface between the gRPC services and what they serve: the live [`Index`]
 //! of one cluster, or an aggregator's union of other servers (`crate::aggregate`). Both
-//! publish graphs on a [`crate::index::Board`] (List, Watch and Totals read it alike); they differ in how
-//! a workload or pod is found by reference and where inline requests are resolved.
+//! publish graphs on a [`crate::index::Board`] (List, Watch and Totals read it alike); they
+//! differ in how a workload or pod is found by reference and where inline requests are
+//! resolved. A fake store for server tests needs only a board and these few methods.
 
 use super::validate;
 use super::wire::ResolveFrame;
