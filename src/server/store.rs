@@ -2,7 +2,7 @@
 //! of one cluster, or an aggregator's union of other servers (`crate::aggregate`). Both
 //! publish graphs on a [`crate::index::Board`] (List, Watch and Totals read it alike); they
 //! differ in how a workload or pod is found by reference and where inline requests are
-//! resolved. A fake store for server tests needs only a board and these few methods.
+//! resolved. A fake store for server tests needs a board, these methods and `Observed`'s.
 
 use super::validate;
 use super::wire::ResolveFrame;
