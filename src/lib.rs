@@ -16,6 +16,7 @@ pub mod admin;
 pub mod aggregate;
 pub mod cli;
 pub mod definition;
+pub mod drift;
 pub mod excerpt;
 pub mod expr;
 pub mod index;

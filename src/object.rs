@@ -248,7 +248,7 @@ pub struct Pod {
 }
 
 /// The part of a pod that resolution and definitions read (see [`project_pod`]).
-const POD_PROJECTION: Keep = Keep::Fields(&[
+pub const POD_PROJECTION: Keep = Keep::Fields(&[
     ("apiVersion", Keep::All),
     ("kind", Keep::All),
     (

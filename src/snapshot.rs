@@ -57,14 +57,22 @@ impl Snapshot {
                 return Err(format!("{}: no .yaml, .yml or .json files", path.display()));
             }
             snapshot.warnings.extend(walk.problems);
-            for (file, _) in walk.files {
-                let text = std::fs::read_to_string(&file)
-                    .map_err(|e| format!("{}: {e}", file.display()))?;
-                let docs = manifest::parse_documents(&text)
-                    .map_err(|e| format!("{}: {e}", file.display()))?;
-                drop(text);
-                for doc in docs {
-                    snapshot.add(&doc, limits, &file.display().to_string());
+            // Read, parse and convert on every core; add in file order.
+            let read = files::parallel_map(walk.files, |(file, _)| {
+                let source = file.display().to_string();
+                let docs = std::fs::read_to_string(&file)
+                    .map_err(|e| format!("{source}: {e}"))
+                    .and_then(|text| {
+                        manifest::parse_documents(&text).map_err(|e| format!("{source}: {e}"))
+                    })?;
+                let converted: Vec<Result<Cached, String>> =
+                    docs.iter().map(|d| Cached::from_json(d, limits)).collect();
+                Ok::<_, String>((source, converted))
+            });
+            for result in read {
+                let (source, converted) = result?;
+                for c in converted {
+                    snapshot.add_converted(c, &source);
                 }
             }
         }
@@ -74,7 +82,12 @@ impl Snapshot {
     /// Adds one object or pod; unusable documents become warnings. An identity seen before
     /// keeps its first document (a warning names both sources).
     pub fn add(&mut self, doc: &Json, limits: Limits, source: &str) {
-        match Cached::from_json(doc, limits) {
+        self.add_converted(Cached::from_json(doc, limits), source);
+    }
+
+    /// [`Snapshot::add`] of an already converted document.
+    fn add_converted(&mut self, converted: Result<Cached, String>, source: &str) {
+        match converted {
             Ok(cached) => {
                 let meta = cached.meta();
                 let identity = meta.identity();

@@ -24,7 +24,7 @@ pub use upstream::{Backoff, Upstream};
 use crate::definition::Catalog;
 use crate::excerpt::echo;
 use crate::index::{AttributedPod, Board, Key, Labels, Publication, Published, Sizes, relock};
-use crate::index::{UnownedGpuPod, WorkloadEntry};
+use crate::index::{SourceProblem, UnownedGpuPod, WorkloadEntry};
 use crate::metrics::{Observed, UpstreamHealth};
 use crate::proto::v1 as pb;
 use crate::server::{ResolveFrame, Store, validate};
@@ -389,8 +389,7 @@ impl Aggregator {
                 stale.reason,
                 grace.as_secs()
             ),
-            component: String::new(),
-            expression: String::new(),
+            ..Default::default()
         };
         let updates = self
             .entries_of(up)
@@ -785,6 +784,28 @@ impl Observed for Aggregator {
     fn unowned_gpu_pods(&self) -> Vec<UnownedGpuPod> {
         // Pods outside every workload are each upstream's to report.
         Vec::new()
+    }
+
+    fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)> {
+        // Each upstream is a source: a stale one reports why.
+        let upstreams: Vec<Arc<Upstream>> =
+            relock(self.upstreams.read()).values().cloned().collect();
+        upstreams
+            .iter()
+            .map(|up| {
+                let problems = up
+                    .state()
+                    .stale
+                    .as_ref()
+                    .map(|s| SourceProblem {
+                        path: up.config.url.clone(),
+                        message: format!("stale since {}: {}", rfc3339(s.at), s.reason),
+                    })
+                    .into_iter()
+                    .collect();
+                (format!("upstream {}", up.name()), problems)
+            })
+            .collect()
     }
 
     fn upstreams(&self) -> Vec<UpstreamHealth> {

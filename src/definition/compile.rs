@@ -131,6 +131,26 @@ pub enum PodSpecSource {
     },
 }
 
+impl PodSpecSource {
+    /// The expression that finds the pod spec (the template or spec path; of a fragmented
+    /// spec, the containers, container or resources path), for diagnostics.
+    pub fn primary(&self) -> Option<&Compiled> {
+        match self {
+            PodSpecSource::Template(e) => Some(e),
+            PodSpecSource::Spec { spec, .. } => Some(spec),
+            PodSpecSource::Fragmented {
+                containers,
+                container,
+                resources,
+                ..
+            } => containers
+                .as_ref()
+                .or(container.as_ref())
+                .or(resources.as_ref()),
+        }
+    }
+}
+
 /// Pod type selector.
 #[derive(Debug)]
 pub struct TypeSelector {

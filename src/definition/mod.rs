@@ -64,10 +64,12 @@ impl std::fmt::Display for DefinitionError {
 
 impl std::error::Error for DefinitionError {}
 
-/// The errors of the last definition load (shown by `ListDefinitions`, the log and metrics).
+/// The errors of the last definition load (shown by `ListDefinitions`, the log and metrics),
+/// and the schema drift of the definitions in effect (`ListDefinitions` warnings, metrics).
 #[derive(Default)]
 pub struct LoadReport {
     errors: std::sync::Mutex<Vec<DefinitionError>>,
+    drift: std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>>,
 }
 
 impl LoadReport {
@@ -82,5 +84,26 @@ impl LoadReport {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Replaces the schema drift: per definition name checked against a schema, its
+    /// findings (one line each; empty when it fits).
+    pub fn set_drift(&self, drift: std::collections::BTreeMap<String, Vec<String>>) {
+        *self.drift.lock().unwrap_or_else(|e| e.into_inner()) = drift;
+    }
+
+    /// The schema drift of every definition checked against a schema.
+    pub fn drift(&self) -> std::collections::BTreeMap<String, Vec<String>> {
+        self.drift.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The drift findings of one definition (empty when none, or not checked).
+    pub fn drift_of(&self, definition: &str) -> Vec<String> {
+        self.drift
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(definition)
+            .cloned()
+            .unwrap_or_default()
     }
 }

@@ -9,6 +9,7 @@ pub mod budget;
 pub mod fast;
 pub mod gate;
 pub mod metered;
+pub mod paths;
 pub mod value;
 
 use jaq_core::load::lex::Token;

@@ -192,6 +192,10 @@ pub struct Index {
     feed: std::sync::OnceLock<Feed>,
     /// Problems each source reports (files that did not parse, a missing directory).
     problems: Mutex<std::collections::BTreeMap<String, Vec<SourceProblem>>>,
+    /// The sources the index was created with.
+    sources: Vec<String>,
+    /// Definition paths that began to find nothing, counted per graph change.
+    empty_paths: crate::drift::EmptyPaths,
 }
 
 /// A problem a source reports: a file that did not parse (its last good documents stay
@@ -230,7 +234,15 @@ impl Index {
             resolutions: AtomicU64::new(0),
             feed: std::sync::OnceLock::new(),
             problems: Mutex::default(),
+            sources: sources.iter().map(|s| (*s).to_owned()).collect(),
+            empty_paths: crate::drift::EmptyPaths::default(),
         }
+    }
+
+    /// Per definition and field: how often a path that should find something began to find
+    /// nothing in a workload's graph (see [`crate::drift::EmptyPaths`]).
+    pub fn empty_paths(&self) -> &crate::drift::EmptyPaths {
+        &self.empty_paths
     }
 
     /// Replaces the problems `source` reports.
@@ -243,12 +255,19 @@ impl Index {
         }
     }
 
-    /// Every source's reported problems, by source name.
+    /// Every source (those the index was created with, and those that reported problems)
+    /// with its reported problems, by source name.
     pub fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)> {
-        relock(self.problems.lock())
+        let problems = relock(self.problems.lock());
+        let mut out: std::collections::BTreeMap<String, Vec<SourceProblem>> = self
+            .sources
             .iter()
-            .map(|(s, p)| (s.clone(), p.clone()))
-            .collect()
+            .map(|s| (s.clone(), Vec::new()))
+            .collect();
+        for (s, p) in problems.iter() {
+            out.insert(s.clone(), p.clone());
+        }
+        out.into_iter().collect()
     }
 
     /// The handle through which sources on the async runtime change the index: a writer
@@ -699,6 +718,7 @@ impl Index {
                 message: note.to_string(),
                 component: String::new(),
                 expression: String::new(),
+                path: String::new(),
             });
         }
         let by_identity: HashMap<String, Uid> = pods
@@ -734,6 +754,18 @@ impl Index {
                         e.root = Some(r.uid.clone());
                     }
                 }
+            }
+        }
+        // Paths that found nothing are counted on graphs that changed (an unchanged one is
+        // not published again).
+        for r in &resolved {
+            let previous = self.board.get(&r.uid);
+            let unchanged = previous.as_ref().is_some_and(|w| {
+                w.graph.same_graph(&r.graph) && w.labels.as_ref() == r.labels.as_ref()
+            });
+            if !unchanged {
+                self.empty_paths
+                    .observe(previous.as_ref().map(|w| &**w.graph), &r.graph);
             }
         }
         let updates = resolved

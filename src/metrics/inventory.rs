@@ -4,7 +4,7 @@
 //! every workload and, for an aggregator, the state of each upstream.
 
 use crate::definition::{Catalog, LoadReport};
-use crate::index::{AttributedPod, Board, Index, Sizes, UnownedGpuPod};
+use crate::index::{AttributedPod, Board, Index, Sizes, SourceProblem, UnownedGpuPod};
 use crate::proto::v1 as pb;
 use crate::resolve::diagnostics::code::UNATTRIBUTED_POD;
 use prometheus_client::collector::Collector;
@@ -32,6 +32,13 @@ pub trait Observed: Send + Sync {
     fn workload_pods(&self) -> Vec<(Arc<pb::Workload>, Vec<AttributedPod>)>;
     /// Pods that hold GPUs but belong to no workload.
     fn unowned_gpu_pods(&self) -> Vec<UnownedGpuPod>;
+    /// Every source's current problems (an aggregator: each stale upstream), by source name.
+    fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)>;
+    /// How often each (definition, path) that should find something began to find nothing
+    /// (none for an aggregator: its graphs are resolved upstream).
+    fn empty_paths(&self) -> Vec<((String, String), u64)> {
+        Vec::new()
+    }
     /// The upstreams of an aggregator (none for a server of its own cluster).
     fn upstreams(&self) -> Vec<UpstreamHealth> {
         Vec::new()
@@ -85,6 +92,14 @@ impl Observed for Index {
     fn unowned_gpu_pods(&self) -> Vec<UnownedGpuPod> {
         Index::unowned_gpu_pods(self)
     }
+
+    fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)> {
+        Index::source_problems(self)
+    }
+
+    fn empty_paths(&self) -> Vec<((String, String), u64)> {
+        Index::empty_paths(self).snapshot()
+    }
 }
 
 /// The scrape-time collector.
@@ -111,6 +126,38 @@ fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
     let mut metric = encoder.encode_descriptor(name, &help, None, MetricType::Gauge)?;
     for (labels, value) in samples {
         metric.encode_family(&labels)?.encode_gauge(&value)?;
+    }
+    Ok(())
+}
+
+/// Schema drift: findings per definition checked against a schema (a gauge), and how often a
+/// definition path began to find nothing in a workload's graph (a counter).
+fn drift(
+    encoder: &mut DescriptorEncoder,
+    source: &dyn Observed,
+    report: &LoadReport,
+) -> Result<(), Error> {
+    let findings = report.drift();
+    gauges(
+        encoder,
+        "kartograf_definition_drift",
+        "Schema drift findings of a definition against the cluster's CRDs (0: it fits; absent: no schema known)",
+        findings
+            .iter()
+            .map(|(d, lines)| ([("definition", d.as_str())], lines.len() as i64)),
+    )?;
+    let empty = source.empty_paths();
+    let mut metric = encoder.encode_descriptor(
+        "kartograf_definition_path_empty",
+        "Times a definition path that should find something (a pod spec, a gang key, a matching status mapping) began to find nothing in a workload's graph.",
+        None,
+        MetricType::Counter,
+    )?;
+    for ((definition, path), n) in &empty {
+        let labels = [("definition", definition.as_str()), ("path", path.as_str())];
+        metric
+            .encode_family(&labels)?
+            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(n, None)?;
     }
     Ok(())
 }
@@ -221,6 +268,35 @@ impl Collector for Inventory {
                 .map(|((d, f), n)| ([("definition", d.as_str()), ("file", f.as_str())], *n)),
         )?;
 
+        let problems = self.source.source_problems();
+        gauges(
+            e,
+            "kartograf_source_problems",
+            "1 per problem a source reports: a file that does not parse (its last good objects stay), a missing directory, an object defined in two files",
+            problems.iter().flat_map(|(source, ps)| {
+                ps.iter().map(move |p| {
+                    (
+                        [
+                            ("source", source.clone()),
+                            ("path", crate::excerpt::excerpt(&p.path, 512).into_owned()),
+                        ],
+                        1i64,
+                    )
+                })
+            }),
+        )?;
+        {
+            let mut metric = e.encode_descriptor(
+                "kartograf_source_file_reads",
+                "Files read by the directory sources (manifests and definitions); at rest nothing is read.",
+                None,
+                MetricType::Counter,
+            )?;
+            metric.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+                &crate::source::files::reads(),
+                None,
+            )?;
+        }
         gauges(
             e,
             "kartograf_definition_quarantined",
@@ -243,6 +319,8 @@ impl Collector for Inventory {
                     .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&n, None)?;
             }
         }
+
+        drift(e, self.source.as_ref(), &self.report)?;
 
         // Every pod of every workload: those placed in a component, then those none claims
         // (component ""), so that a join on the pod never loses a pod the workload counts.

@@ -2,7 +2,7 @@
 //! expression are cut to [`TEXT_BYTES`] each (with the full length shown), so a value an
 //! object or an expression produced cannot make a graph, or an answer, grow without bound.
 
-use crate::excerpt::{TEXT_BYTES, excerpt};
+use crate::excerpt::TEXT_BYTES;
 use crate::proto::v1::Diagnostic;
 
 /// Severity `info`: something a reader may want to know.
@@ -11,6 +11,9 @@ pub const INFO: &str = "info";
 pub const WARNING: &str = "warning";
 /// Severity `error`: the graph could not be computed as defined.
 pub const ERROR: &str = "error";
+
+/// Longest rendering of a value quoted in a diagnostic (the whole message is bounded too).
+pub const VALUE_BYTES: usize = 256;
 
 /// Diagnostic codes.
 pub mod code {
@@ -53,8 +56,40 @@ pub struct Diagnostics {
 }
 
 impl Diagnostics {
-    /// Adds a diagnostic unless an identical one exists; message and expression are cut to
-    /// [`TEXT_BYTES`].
+    /// Adds a diagnostic unless an identical one exists; message, component and expression
+    /// are cut to [`TEXT_BYTES`].
+    pub fn push_diagnostic(&mut self, mut d: Diagnostic) {
+        crate::excerpt::bound(&mut d.message, TEXT_BYTES);
+        crate::excerpt::bound(&mut d.component, TEXT_BYTES);
+        crate::excerpt::bound(&mut d.expression, TEXT_BYTES);
+        if !self.items.contains(&d) {
+            self.items.push(d);
+        }
+    }
+
+    /// Adds a diagnostic about the definition field at YAML path `path` (a path that should
+    /// have found something and found nothing), unless an identical one exists.
+    pub fn push_at(
+        &mut self,
+        severity: &str,
+        code: &str,
+        message: impl Into<String>,
+        component: &str,
+        expression: &str,
+        path: &str,
+    ) {
+        self.push_diagnostic(Diagnostic {
+            severity: severity.to_owned(),
+            code: code.to_owned(),
+            message: message.into(),
+            component: component.to_owned(),
+            expression: expression.to_owned(),
+            path: path.to_owned(),
+        });
+    }
+
+    /// Adds a diagnostic unless an identical one exists (cut as [`Diagnostics::push_diagnostic`]
+    /// cuts).
     pub fn push(
         &mut self,
         severity: &str,
@@ -63,18 +98,16 @@ impl Diagnostics {
         component: &str,
         expression: &str,
     ) {
-        let mut message = message.into();
-        crate::excerpt::bound(&mut message, TEXT_BYTES);
+        let message = message.into();
         let d = Diagnostic {
             severity: severity.to_owned(),
             code: code.to_owned(),
             message,
-            component: excerpt(component, TEXT_BYTES).into_owned(),
-            expression: excerpt(expression, TEXT_BYTES).into_owned(),
+            component: component.to_owned(),
+            expression: expression.to_owned(),
+            path: String::new(),
         };
-        if !self.items.contains(&d) {
-            self.items.push(d);
-        }
+        self.push_diagnostic(d);
     }
 
     /// True if a diagnostic with this code exists.

@@ -12,10 +12,11 @@
 //! minimum of each slot of the other (multi-slot) members that the gang's pods occupy.
 //! This is KAI's instance-scoped rule without upstream's multiplication, which over-counts.
 
+use super::diagnostics::VALUE_BYTES;
 use super::diagnostics::{WARNING, code};
 use super::{Answer, Asked, Resolver};
 use crate::definition::compile::{Compiled, GangPlan, PodGroupPlan, PodGroupV2Plan};
-use crate::expr::value::{self, as_f64, to_text};
+use crate::expr::value::{self, as_f64, to_text_bounded};
 use crate::proto::v1 as pb;
 use jaq_json::{Rc, Val};
 use std::collections::{BTreeMap, BTreeSet};
@@ -147,7 +148,9 @@ impl Resolver<'_> {
         match out.first().and_then(as_f64) {
             Some(n) if n >= 0.0 && n.fract() == 0.0 && n <= f64::from(u32::MAX) => Some(n as u32),
             _ => {
-                let got = out.first().map_or("nothing".to_owned(), to_text);
+                let got = out
+                    .first()
+                    .map_or("nothing".to_owned(), |v| to_text_bounded(v, VALUE_BYTES));
                 self.diags.push(
                     WARNING,
                     code::BAD_VALUE,
@@ -298,7 +301,7 @@ impl Resolver<'_> {
                 }
             }
             if let Some(key) = missing {
-                self.diags.push(
+                self.diags.push_at(
                     WARNING,
                     code::GANG_KEY_MISSING,
                     format!(
@@ -307,6 +310,7 @@ impl Resolver<'_> {
                     ),
                     &def.components[member.component].name,
                     key.source(),
+                    &key.path,
                 );
                 continue;
             }

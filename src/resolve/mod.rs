@@ -125,13 +125,7 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
     };
     let mut r = Resolver::new(input);
     for d in &prepared.diagnostics {
-        r.diags.push(
-            &d.severity,
-            &d.code,
-            d.message.clone(),
-            &d.component,
-            &d.expression,
-        );
+        r.diags.push_diagnostic(d.clone());
     }
     if let Some(from) = input.fallback_from {
         r.diags.push(

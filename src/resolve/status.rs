@@ -2,9 +2,10 @@
 //! the definition's status mappings.
 
 use super::Resolver;
+use super::diagnostics::VALUE_BYTES;
 use super::diagnostics::{WARNING, code};
 use crate::definition::compile::{MatcherPlan, StatusKind};
-use crate::expr::value::{as_str, get, to_text};
+use crate::expr::value::{as_str, get, to_text, to_text_bounded};
 use crate::proto::v1 as pb;
 use jaq_json::Val;
 use std::collections::HashMap;
@@ -66,7 +67,7 @@ impl Resolver<'_> {
                 if matches!(v, Val::Null) {
                     String::new()
                 } else {
-                    to_text(&v)
+                    to_text_bounded(&v, VALUE_BYTES)
                 }
             });
 
@@ -83,7 +84,7 @@ impl Resolver<'_> {
                             format!(
                                 "{} should yield an array of conditions, got {}",
                                 c.path.path,
-                                to_text(other)
+                                to_text_bounded(other, VALUE_BYTES)
                             ),
                             name,
                             c.path.source(),

@@ -7,11 +7,12 @@
 //! `group`), its count is shared evenly among those slots, so the slots add up to the
 //! whole.
 
+use super::diagnostics::VALUE_BYTES;
 use super::diagnostics::{INFO, WARNING, code};
 use super::resources::{self, Amounts};
 use super::{Answer, Asked, Resolver, Slot};
 use crate::definition::compile::{Compiled, PodSpecSource, TypeSelector};
-use crate::expr::value::{as_array, as_f64, as_str, get, get_path, to_text};
+use crate::expr::value::{as_array, as_f64, as_str, get, get_path, to_text, to_text_bounded};
 use crate::object::Pod;
 use crate::proto::v1 as pb;
 use jaq_json::Val;
@@ -460,12 +461,15 @@ impl Resolver<'_> {
                 let declared = scale.replicas.or(scale.min_replicas);
                 let desired = if pod_bearing && !present {
                     if declared.is_some_and(|n| n > 0) {
-                        self.diags.push(
+                        let comp = &self.def.components[c];
+                        let expr = comp.spec.as_ref().and_then(|s| s.primary());
+                        self.diags.push_at(
                             INFO,
                             code::SPEC_MISSING,
                             format!("the pod spec of instance `{id}` is missing; counting no pods"),
-                            &self.def.components[c].name,
-                            "",
+                            &comp.name,
+                            expr.map_or("", |e| e.source()),
+                            expr.map_or("", |e| e.path.as_str()),
                         );
                     }
                     0
@@ -539,7 +543,7 @@ impl Resolver<'_> {
                                 format!(
                                     "{} yielded `{}`, not a whole number",
                                     expr.path,
-                                    to_text(&v)
+                                    to_text_bounded(&v, VALUE_BYTES)
                                 ),
                                 component,
                                 expr.source(),

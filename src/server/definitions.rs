@@ -100,7 +100,13 @@ impl pb::definitions_server::Definitions for DefinitionsService {
                     .quarantined()
                     .map(|q| excerpt(&q.reason, TEXT_BYTES).into_owned())
                     .unwrap_or_default(),
-                warnings: d.warnings.iter().map(ToString::to_string).collect(),
+                warnings: d
+                    .warnings
+                    .iter()
+                    .map(|w| excerpt(&w.to_string(), TEXT_BYTES).into_owned())
+                    .chain(self.shared.report.drift_of(&d.name))
+                    .take(MAX_DEFINITION_ERRORS)
+                    .collect(),
             })
             .collect();
         // Files whose definitions never loaded.
@@ -127,6 +133,41 @@ impl pb::definitions_server::Definitions for DefinitionsService {
             definitions,
             generation: catalog.generation(),
         }))
+    }
+
+    async fn list_sources(
+        &self,
+        _request: Request<pb::ListSourcesRequest>,
+    ) -> Result<Response<pb::ListSourcesResponse>, Status> {
+        let store = &self.shared.store;
+        let pending = store.pending();
+        let mut sources: Vec<pb::SourceInfo> = store
+            .source_problems()
+            .into_iter()
+            .map(|(name, problems)| pb::SourceInfo {
+                synced: !pending.contains(&name),
+                problems: problems
+                    .into_iter()
+                    .take(MAX_DEFINITION_ERRORS)
+                    .map(|p| pb::SourceProblem {
+                        path: excerpt(&p.path, TEXT_BYTES).into_owned(),
+                        message: excerpt(&p.message, TEXT_BYTES).into_owned(),
+                    })
+                    .collect(),
+                name,
+            })
+            .collect();
+        for name in pending {
+            if !sources.iter().any(|s| s.name == name) {
+                sources.push(pb::SourceInfo {
+                    name,
+                    synced: false,
+                    problems: Vec::new(),
+                });
+            }
+        }
+        sources.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Response::new(pb::ListSourcesResponse { sources }))
     }
 
     async fn validate_definition(

@@ -211,6 +211,11 @@ impl Publisher {
         self.generation.send_replace(generation);
     }
 
+    /// The report every publication sets (load errors; schema drift is set beside them).
+    pub fn report(&self) -> Arc<LoadReport> {
+        self.report.clone()
+    }
+
     /// Sees the generation of every published catalog.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.generation.subscribe()
@@ -288,22 +293,33 @@ impl Reloader {
         if was_missing {
             self.errors.remove(&self.dir);
         }
-        let diff = self.tracker.diff(&walk);
-        if diff.is_empty() && !was_missing && !first {
+        let scan = self.tracker.scan(&walk);
+        if scan.is_empty() && !was_missing && !first {
             return None;
         }
-        for path in &diff.removed {
+        let mut changed = !scan.removed.is_empty() || was_missing || first;
+        for path in &scan.removed {
             self.tracker.remove(path);
             self.errors.remove(path);
         }
-        for (path, why) in diff.unreadable {
-            let e = DefinitionError::unreadable(&path.display().to_string(), why);
-            tracing::warn!(error = %e, "definition file unreadable; its last good version stays active");
-            self.errors.insert(path, vec![e]);
-        }
-        for changed in diff.changed {
-            let source = changed.path.display().to_string();
-            let (parsed, parse_errors) = load::parse_text(&changed.text, &source);
+        for c in &scan.candidates {
+            let (text, hash) = match self.tracker.read(c) {
+                files::Read::Unchanged => {
+                    self.tracker.unchanged(c);
+                    continue;
+                }
+                files::Read::Unreadable(why) => {
+                    let e = DefinitionError::unreadable(&c.path.display().to_string(), why);
+                    tracing::warn!(error = %e, "definition file unreadable; its last good version stays active");
+                    self.errors.insert(c.path.clone(), vec![e]);
+                    changed = true;
+                    continue;
+                }
+                files::Read::Changed(text, hash) => (text, hash),
+            };
+            changed = true;
+            let source = c.path.display().to_string();
+            let (parsed, parse_errors) = load::parse_text(&text, &source);
             let (defs, compile_errors) = catalog::compile_all(parsed, &self.origin);
             let file_errors: Vec<DefinitionError> =
                 parse_errors.into_iter().chain(compile_errors).collect();
@@ -311,15 +327,18 @@ impl Reloader {
                 for w in defs.iter().flat_map(|d| d.warnings.iter()) {
                     tracing::warn!(warning = %w, "definition loaded with a warning");
                 }
-                self.tracker.keep(&changed.path, defs);
-                self.errors.remove(&changed.path);
+                self.tracker.keep(c, hash, defs);
+                self.errors.remove(&c.path);
             } else {
                 for e in &file_errors {
                     tracing::warn!(error = %e, "definition rejected; the last good version stays active");
                 }
-                self.tracker.failed(&changed.path);
-                self.errors.insert(changed.path, file_errors);
+                self.tracker.failed(c, hash);
+                self.errors.insert(c.path.clone(), file_errors);
             }
+        }
+        if !changed {
+            return None;
         }
         Some(self.layer())
     }

@@ -131,6 +131,38 @@ pub fn walk(root: &Path, accept: impl Fn(&Path) -> bool) -> Walk {
     out
 }
 
+/// Maps `f` over `items` on every core (in order of the input): parsing and converting many
+/// files is the bulk of a cold start.
+pub fn parallel_map<T: Send, U: Send>(items: Vec<T>, f: impl Fn(T) -> U + Sync) -> Vec<U> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len());
+    if threads <= 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let per = items.len().div_ceil(threads);
+    let mut chunks: Vec<Vec<T>> = Vec::new();
+    let mut items = items.into_iter();
+    loop {
+        let chunk: Vec<T> = items.by_ref().take(per).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        chunks.push(chunk);
+    }
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| s.spawn(move || chunk.into_iter().map(f).collect::<Vec<U>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
 /// `*.yaml`, `*.yml` and `*.json`.
 pub fn is_manifest(path: &Path) -> bool {
     matches!(
@@ -143,47 +175,56 @@ pub fn is_manifest(path: &Path) -> bool {
 struct Known<T> {
     stamp: Stamp,
     hash: u64,
-    payload: T,
+    /// `None` for a file that never parsed (remembered so it is not read again unchanged).
+    payload: Option<T>,
 }
 
-/// A file to parse: its path and content.
-pub struct Changed {
+/// A file whose metadata changed (or that is new): it must be read to know more.
+#[derive(Debug, Clone)]
+pub struct Candidate {
     /// The file.
     pub path: PathBuf,
-    /// Its content (read once, now).
-    pub text: String,
+    stamp: Stamp,
 }
 
-/// What changed since the previous scan.
-#[derive(Default)]
-pub struct Diff {
-    /// Files that are new or whose content changed.
-    pub changed: Vec<Changed>,
+/// What reading a candidate found.
+pub enum Read {
+    /// The same content as last time (only its metadata changed).
+    Unchanged,
+    /// New content, and its hash.
+    Changed(String, u64),
+    /// It could not be read (it keeps what it gave before).
+    Unreadable(String),
+}
+
+/// The files of a walk compared with what is known: candidates to read, and files gone.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Files that are new or whose metadata changed, by path.
+    pub candidates: Vec<Candidate>,
     /// Files that are gone.
     pub removed: Vec<PathBuf>,
-    /// Files that could not be read (they keep what they gave before).
-    pub unreadable: Vec<(PathBuf, String)>,
 }
 
-impl Diff {
-    /// True when nothing changed.
+impl Scan {
+    /// True when nothing may have changed.
     pub fn is_empty(&self) -> bool {
-        self.changed.is_empty() && self.removed.is_empty() && self.unreadable.is_empty()
+        self.candidates.is_empty() && self.removed.is_empty()
     }
 }
 
 /// Files of a directory tree with what each last gave (`T`, the caller's parse result).
 pub struct Tracker<T> {
     known: BTreeMap<PathBuf, Known<T>>,
-    /// Content read for a file but not yet confirmed by [`Tracker::keep`].
-    pending: BTreeMap<PathBuf, (Stamp, u64)>,
+    /// Files this tracker has read.
+    reads: AtomicU64,
 }
 
 impl<T> Default for Tracker<T> {
     fn default() -> Self {
         Tracker {
             known: BTreeMap::new(),
-            pending: BTreeMap::new(),
+            reads: AtomicU64::new(0),
         }
     }
 }
@@ -194,96 +235,102 @@ fn hash(bytes: &[u8]) -> u64 {
 }
 
 impl<T> Tracker<T> {
-    /// Compares a walk with what is known: reads only files whose metadata changed, and
-    /// reports only those whose content changed.
-    pub fn diff(&mut self, walk: &Walk) -> Diff {
-        let mut diff = Diff::default();
-        self.pending.clear();
+    /// Compares a walk with what is known, from metadata alone (nothing is read).
+    pub fn scan(&self, walk: &Walk) -> Scan {
         let present: HashSet<&Path> = walk.files.iter().map(|(p, _)| p.as_path()).collect();
-        diff.removed = self
+        let removed = self
             .known
             .keys()
             .filter(|p| !present.contains(p.as_path()))
             .cloned()
             .collect();
-        for (path, stamp) in &walk.files {
-            if self.known.get(path).is_some_and(|k| k.stamp == *stamp) {
-                continue;
-            }
-            if stamp.len > MAX_FILE_BYTES {
-                diff.unreadable.push((
-                    path.clone(),
-                    format!("larger than {MAX_FILE_BYTES} bytes; not read"),
-                ));
-                continue;
-            }
-            READS.fetch_add(1, Ordering::Relaxed);
-            let bytes = match std::fs::read(path) {
-                Ok(b) => b,
-                Err(e) => {
-                    diff.unreadable.push((path.clone(), e.to_string()));
-                    continue;
-                }
-            };
-            let h = hash(&bytes);
-            match self.known.get_mut(path) {
-                Some(k) if k.hash == h => k.stamp = *stamp,
-                _ => match String::from_utf8(bytes) {
-                    Ok(text) => {
-                        self.pending.insert(path.clone(), (*stamp, h));
-                        diff.changed.push(Changed {
-                            path: path.clone(),
-                            text,
-                        });
-                    }
-                    Err(_) => diff
-                        .unreadable
-                        .push((path.clone(), "not UTF-8 text".to_owned())),
-                },
-            }
-        }
-        diff
-    }
-
-    /// Records what a changed file gave (after it parsed); a file that failed to parse is
-    /// not kept, so it is read again on its next change and keeps its previous payload.
-    pub fn keep(&mut self, path: &Path, payload: T) {
-        if let Some((stamp, hash)) = self.pending.remove(path) {
-            self.known.insert(
-                path.to_path_buf(),
-                Known {
-                    stamp,
-                    hash,
-                    payload,
-                },
-            );
+        let candidates = walk
+            .files
+            .iter()
+            .filter(|(path, stamp)| self.known.get(path).is_none_or(|k| k.stamp != *stamp))
+            .map(|(path, stamp)| Candidate {
+                path: path.clone(),
+                stamp: *stamp,
+            })
+            .collect();
+        Scan {
+            candidates,
+            removed,
         }
     }
 
-    /// Marks a file whose new content failed: its last good payload stays, and its stamp is
-    /// updated so the same bad content is not read again at every scan.
-    pub fn failed(&mut self, path: &Path) {
-        if let Some((stamp, hash)) = self.pending.remove(path)
-            && let Some(k) = self.known.get_mut(path)
-        {
-            k.stamp = stamp;
-            k.hash = hash;
+    /// Reads a candidate (safe to call from several threads at once).
+    pub fn read(&self, c: &Candidate) -> Read {
+        if c.stamp.len > MAX_FILE_BYTES {
+            return Read::Unreadable(format!("larger than {MAX_FILE_BYTES} bytes; not read"));
         }
+        READS.fetch_add(1, Ordering::Relaxed);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let bytes = match std::fs::read(&c.path) {
+            Ok(b) => b,
+            Err(e) => return Read::Unreadable(e.to_string()),
+        };
+        let h = hash(&bytes);
+        if self.known.get(&c.path).is_some_and(|k| k.hash == h) {
+            return Read::Unchanged;
+        }
+        match String::from_utf8(bytes) {
+            Ok(text) => Read::Changed(text, h),
+            Err(_) => Read::Unreadable("not UTF-8 text".to_owned()),
+        }
+    }
+
+    /// Records a candidate whose content did not change (its new metadata is remembered).
+    pub fn unchanged(&mut self, c: &Candidate) {
+        if let Some(k) = self.known.get_mut(&c.path) {
+            k.stamp = c.stamp;
+        }
+    }
+
+    /// Records what a changed file gave after it parsed.
+    pub fn keep(&mut self, c: &Candidate, hash: u64, payload: T) {
+        self.known.insert(
+            c.path.clone(),
+            Known {
+                stamp: c.stamp,
+                hash,
+                payload: Some(payload),
+            },
+        );
+    }
+
+    /// Records a changed file that failed to parse: it keeps its last good payload, and the
+    /// same bad content is not read again at every scan.
+    pub fn failed(&mut self, c: &Candidate, hash: u64) {
+        let k = self.known.entry(c.path.clone()).or_insert(Known {
+            stamp: c.stamp,
+            hash,
+            payload: None,
+        });
+        k.stamp = c.stamp;
+        k.hash = hash;
+    }
+
+    /// How many files this tracker has read.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
     }
 
     /// Forgets a removed file; returns what it gave.
     pub fn remove(&mut self, path: &Path) -> Option<T> {
-        self.known.remove(path).map(|k| k.payload)
+        self.known.remove(path).and_then(|k| k.payload)
     }
 
-    /// What a file gave last, if it is known.
+    /// What a file gave last, if it ever parsed.
     pub fn payload(&self, path: &Path) -> Option<&T> {
-        self.known.get(path).map(|k| &k.payload)
+        self.known.get(path).and_then(|k| k.payload.as_ref())
     }
 
-    /// Every known file with its payload, by path.
+    /// Every file that parsed at least once, with its last good payload, by path.
     pub fn iter(&self) -> impl Iterator<Item = (&PathBuf, &T)> {
-        self.known.iter().map(|(p, k)| (p, &k.payload))
+        self.known
+            .iter()
+            .filter_map(|(p, k)| k.payload.as_ref().map(|t| (p, t)))
     }
 }
 
@@ -349,9 +396,12 @@ impl DirWatch {
             return;
         }
         let events = self.events.clone();
+        let root = self.root.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            // The parent's other entries are not ours; an event without paths may be.
             if let Ok(event) = event
                 && relevant(&event.kind)
+                && (event.paths.is_empty() || event.paths.iter().any(|p| p.starts_with(&root)))
             {
                 let _ = events.send(());
             }
@@ -422,24 +472,39 @@ mod tests {
         std::fs::write(d.join("a.yaml"), "a: 1").unwrap();
         std::fs::write(d.join("b.yaml"), "b: 1").unwrap();
         let mut t: Tracker<u32> = Tracker::default();
-        let diff = t.diff(&walk(&d, is_manifest));
-        assert_eq!(diff.changed.len(), 2);
-        for c in diff.changed {
-            t.keep(&c.path, 1);
-        }
-        let before = reads();
-        assert!(t.diff(&walk(&d, is_manifest)).is_empty());
-        assert_eq!(reads(), before, "nothing read when nothing changed");
+        // Reads every candidate, keeps the changed ones; returns the changed paths.
+        let round = |t: &mut Tracker<u32>| {
+            let scan = t.scan(&walk(&d, is_manifest));
+            let mut changed = Vec::new();
+            for c in &scan.candidates {
+                match t.read(c) {
+                    Read::Changed(_, h) => {
+                        t.keep(c, h, 1);
+                        changed.push(c.path.clone());
+                    }
+                    Read::Unchanged => t.unchanged(c),
+                    Read::Unreadable(e) => panic!("{e}"),
+                }
+            }
+            for p in &scan.removed {
+                t.remove(p);
+            }
+            (changed, scan.removed)
+        };
+        assert_eq!(round(&mut t).0.len(), 2);
+        let before = t.reads();
+        assert!(t.scan(&walk(&d, is_manifest)).is_empty());
+        assert_eq!(t.reads(), before, "nothing read when nothing changed");
         // Same content rewritten: read once, not reported.
         std::thread::sleep(Duration::from_millis(10));
         std::fs::write(d.join("a.yaml"), "a: 1").unwrap();
-        assert!(t.diff(&walk(&d, is_manifest)).is_empty());
-        assert!(t.diff(&walk(&d, is_manifest)).is_empty());
-        assert_eq!(reads(), before + 1);
+        assert!(round(&mut t).0.is_empty());
+        assert!(round(&mut t).0.is_empty());
+        assert_eq!(t.reads(), before + 1);
         std::fs::write(d.join("b.yaml"), "b: 2").unwrap();
         std::fs::remove_file(d.join("a.yaml")).unwrap();
-        let diff = t.diff(&walk(&d, is_manifest));
-        assert_eq!(diff.changed.len(), 1);
-        assert_eq!(diff.removed, [d.join("a.yaml")]);
+        let (changed, removed) = round(&mut t);
+        assert_eq!(changed, [d.join("b.yaml")]);
+        assert_eq!(removed, [d.join("a.yaml")]);
     }
 }

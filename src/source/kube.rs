@@ -319,6 +319,7 @@ pub async fn run(
         settings,
     });
     let mut tasks: JoinSet<()> = JoinSet::new();
+    spawn_drift_check(&mut tasks, &ctx);
     // Per group+kind: the watcher task, its mode and its index source name.
     let mut running: HashMap<GroupKind, (AbortHandle, Mode, String)> = HashMap::new();
     let mut startup: Option<HashSet<String>> = Some(HashSet::new());
@@ -392,6 +393,20 @@ pub async fn run(
             },
             None => sleep.await,
         }
+    }
+}
+
+/// With a definition publisher, the CRD watch that keeps schema drift current
+/// ([`super::crds`]).
+fn spawn_drift_check(tasks: &mut JoinSet<()>, ctx: &Ctx) {
+    if let Some(p) = &ctx.publisher {
+        tasks.spawn(super::crds::run(
+            ctx.client.clone(),
+            ctx.index.clone(),
+            p.report(),
+            p.subscribe(),
+            ctx.settings.backoff,
+        ));
     }
 }
 

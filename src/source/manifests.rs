@@ -24,6 +24,17 @@ pub const SOURCE: &str = "manifests";
 /// An object's identity (its uid, or kind/namespace/name without one).
 type Identity = Arc<str>;
 
+/// Files read, parsed and converted together (on every core) during a scan.
+const BATCH_FILES: usize = 64;
+
+/// What reading a candidate file gave.
+enum Outcome {
+    Unchanged,
+    Unreadable(String),
+    Failed(u64, String),
+    Parsed(u64, Vec<Result<Cached, String>>),
+}
+
 /// The objects a file gave, by identity.
 type FileObjects = Vec<(Identity, Cached)>;
 
@@ -65,6 +76,11 @@ impl ManifestSet {
             .collect()
     }
 
+    /// How many files this set has read.
+    pub fn reads(&self) -> u64 {
+        self.tracker.reads()
+    }
+
     /// How many objects are in effect.
     pub fn objects(&self) -> usize {
         self.providers.len()
@@ -87,9 +103,9 @@ impl ManifestSet {
             self.problems
                 .insert(PathBuf::from(format!("walk:{problem}")), problem.clone());
         }
-        let diff = self.tracker.diff(&walk);
+        let scan = self.tracker.scan(&walk);
         let mut touched: BTreeSet<Identity> = BTreeSet::new();
-        for path in &diff.removed {
+        for path in &scan.removed {
             self.problems.remove(path);
             if let Some(objects) = self.tracker.remove(path) {
                 for (id, _) in objects {
@@ -98,75 +114,99 @@ impl ManifestSet {
                 }
             }
         }
-        for (path, why) in diff.unreadable {
-            tracing::warn!(file = %path.display(), "cannot read a manifest file (its last good objects stay): {why}");
-            self.problems.insert(path, why);
-        }
-        for changed in diff.changed {
-            let path = changed.path;
-            let docs = match manifest::parse_documents(&changed.text) {
-                Ok(docs) => docs,
-                Err(e) => {
-                    tracing::warn!(file = %path.display(), "a manifest file does not parse; its last good objects stay: {e}");
-                    self.problems.insert(path.clone(), e);
-                    self.tracker.failed(&path);
-                    continue;
-                }
-            };
-            drop(changed.text);
-            let mut skipped = Vec::new();
-            let mut objects: FileObjects = Vec::with_capacity(docs.len());
-            let mut seen: HashSet<Identity> = HashSet::new();
-            for doc in docs {
-                match Cached::from_json(&doc, self.limits) {
-                    Ok(cached) => {
-                        let id: Identity = cached.meta().identity().into();
-                        if !seen.insert(id.clone()) {
-                            skipped.push(format!(
-                                "{id} is defined twice in this file; the last one is used"
-                            ));
-                            objects.retain(|(i, _)| i != &id);
-                        }
-                        objects.push((id, cached));
+        // Candidates are read, parsed and converted on every core, a batch at a time (so a
+        // cold start never holds the whole directory's text and parse trees at once).
+        let limits = self.limits;
+        for batch in scan.candidates.chunks(BATCH_FILES) {
+            let tracker = &self.tracker;
+            let read = files::parallel_map(batch.to_vec(), |c| {
+                let outcome = match tracker.read(&c) {
+                    files::Read::Unchanged => Outcome::Unchanged,
+                    files::Read::Unreadable(why) => Outcome::Unreadable(why),
+                    files::Read::Changed(text, hash) => match manifest::parse_documents(&text) {
+                        Ok(docs) => Outcome::Parsed(
+                            hash,
+                            docs.iter().map(|d| Cached::from_json(d, limits)).collect(),
+                        ),
+                        Err(e) => Outcome::Failed(hash, e),
+                    },
+                };
+                (c, outcome)
+            });
+            for (c, outcome) in read {
+                match outcome {
+                    Outcome::Unchanged => self.tracker.unchanged(&c),
+                    Outcome::Unreadable(why) => {
+                        tracing::warn!(file = %c.path.display(), "cannot read a manifest file (its last good objects stay): {why}");
+                        self.problems.insert(c.path.clone(), why);
                     }
-                    Err(e) => skipped.push(e),
+                    Outcome::Failed(hash, e) => {
+                        tracing::warn!(file = %c.path.display(), "a manifest file does not parse; its last good objects stay: {e}");
+                        self.problems.insert(c.path.clone(), e);
+                        self.tracker.failed(&c, hash);
+                    }
+                    Outcome::Parsed(hash, docs) => self.take(&c, hash, docs, &mut touched),
                 }
             }
-            if skipped.is_empty() {
-                self.problems.remove(&path);
-            } else {
-                for s in &skipped {
-                    tracing::warn!(file = %path.display(), "skipped a manifest document: {s}");
-                }
-                self.problems.insert(path.clone(), skipped.join("; "));
-            }
-            let before: HashSet<Identity> = self
-                .tracker
-                .payload(&path)
-                .map(|o| o.iter().map(|(id, _)| id.clone()).collect())
-                .unwrap_or_default();
-            let old: HashMap<Identity, Cached> = self
-                .tracker
-                .payload(&path)
-                .map(|o| o.iter().cloned().collect())
-                .unwrap_or_default();
-            for id in before.difference(&seen) {
-                self.drop_provider(id, &path);
-                touched.insert(id.clone());
-            }
-            for (id, cached) in &objects {
-                let providers = self.providers.entry(id.clone()).or_default();
-                if let Err(at) = providers.binary_search(&path) {
-                    providers.insert(at, path.clone());
-                }
-                // An object whose content did not change needs nothing sent.
-                if !old.get(id).is_some_and(|o| o.same(cached)) {
-                    touched.insert(id.clone());
-                }
-            }
-            self.tracker.keep(&path, objects);
         }
         self.changes(touched)
+    }
+
+    /// Takes a changed file's converted documents: its objects, and what changed.
+    fn take(
+        &mut self,
+        c: &files::Candidate,
+        hash: u64,
+        docs: Vec<Result<Cached, String>>,
+        touched: &mut BTreeSet<Identity>,
+    ) {
+        let path = &c.path;
+        let mut skipped = Vec::new();
+        let mut objects: FileObjects = Vec::with_capacity(docs.len());
+        let mut seen: HashSet<Identity> = HashSet::new();
+        for converted in docs {
+            match converted {
+                Ok(cached) => {
+                    let id: Identity = cached.meta().identity().into();
+                    if !seen.insert(id.clone()) {
+                        skipped.push(format!(
+                            "{id} is defined twice in this file; the last one is used"
+                        ));
+                        objects.retain(|(i, _)| i != &id);
+                    }
+                    objects.push((id, cached));
+                }
+                Err(e) => skipped.push(e),
+            }
+        }
+        if skipped.is_empty() {
+            self.problems.remove(path);
+        } else {
+            for s in &skipped {
+                tracing::warn!(file = %path.display(), "skipped a manifest document: {s}");
+            }
+            self.problems.insert(path.clone(), skipped.join("; "));
+        }
+        let old: HashMap<Identity, Cached> = self
+            .tracker
+            .payload(path)
+            .map(|o| o.iter().cloned().collect())
+            .unwrap_or_default();
+        for id in old.keys().filter(|id| !seen.contains(*id)) {
+            self.drop_provider(id, path);
+            touched.insert(id.clone());
+        }
+        for (id, cached) in &objects {
+            let providers = self.providers.entry(id.clone()).or_default();
+            if let Err(at) = providers.binary_search(path) {
+                providers.insert(at, path.clone());
+            }
+            // An object whose content did not change needs nothing sent.
+            if !old.get(id).is_some_and(|o| o.same(cached)) {
+                touched.insert(id.clone());
+            }
+        }
+        self.tracker.keep(c, hash, objects);
     }
 
     fn drop_provider(&mut self, id: &Identity, path: &Path) {

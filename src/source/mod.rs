@@ -4,6 +4,7 @@
 //! directory sources watch and scan their directory through [`files`]: a change is found
 //! from file metadata, and only changed files are read and parsed.
 
+pub mod crds;
 pub mod definitions;
 pub mod files;
 pub mod kube;

@@ -8,6 +8,7 @@ mod common;
 mod definitions;
 mod deploy;
 mod deploy_shapes;
+mod drift;
 mod fuzz;
 mod gangs;
 mod jq_compat;

@@ -498,6 +498,12 @@ impl FakeApiServer {
 
     /// Serves this fake over loopback HTTP and returns a kube client configured for it.
     pub async fn http_client(&self) -> ::kube::Client {
+        let url: hyper::Uri = self.serve_http().await.parse().expect("loopback url");
+        ::kube::Client::try_from(::kube::Config::new(url)).expect("kube client over loopback")
+    }
+
+    /// Serves this fake over loopback HTTP (until the runtime ends); returns its base URL.
+    pub async fn serve_http(&self) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
@@ -522,9 +528,6 @@ impl FakeApiServer {
                 });
             }
         });
-        let url: hyper::Uri = format!("http://127.0.0.1:{port}")
-            .parse()
-            .expect("loopback url");
-        ::kube::Client::try_from(::kube::Config::new(url)).expect("kube client over loopback")
+        format!("http://127.0.0.1:{port}")
     }
 }

@@ -3,11 +3,13 @@
 
 mod aggregator;
 mod budget;
+mod drift;
 mod fake_apiserver;
 mod hardening;
 mod ingest;
 mod kube;
 mod observability;
+mod sources;
 mod strict;
 mod synth_cluster;
 

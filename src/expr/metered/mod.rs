@@ -109,6 +109,17 @@ pub(crate) fn json_text(v: &Val, limit: usize) -> Option<Vec<u8>> {
     (written.is_ok() && !w.cut).then_some(w.buf)
 }
 
+/// The first (at most) `limit` bytes of `v` as JSON, as text.
+pub(crate) fn json_prefix(v: &Val, limit: usize) -> String {
+    let mut w = Capped::new(limit);
+    let _ = jaq_json::write::write(&mut w, &jaq_json::write::Pp::default(), 0, v);
+    let mut text = String::from_utf8_lossy(&w.buf).into_owned();
+    if text.len() > limit {
+        text.truncate(limit);
+    }
+    text
+}
+
 /// A byte sink that refuses to grow past its limit.
 struct Capped {
     buf: Vec<u8>,

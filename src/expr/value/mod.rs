@@ -207,6 +207,34 @@ pub fn to_text(val: &Val) -> String {
     }
 }
 
+/// [`to_text`] of at most about `max` bytes: a longer text is cut (at a character boundary)
+/// and ends with `…`; a large value is never printed whole first.
+pub fn to_text_bounded(val: &Val, max: usize) -> String {
+    let mut text = match val {
+        Val::TStr(b) | Val::BStr(b) => {
+            String::from_utf8_lossy(&b[..b.len().min(max + 4)]).into_owned()
+        }
+        Val::Num(_) | Val::Null | Val::Bool(_) => to_text(val),
+        other => match crate::expr::metered::json_text(other, max + 1) {
+            Some(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            None => {
+                let mut w = crate::expr::metered::json_prefix(other, max + 1);
+                w.push('…');
+                return w;
+            }
+        },
+    };
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
 /// Looks up `key` in an object value.
 pub fn get<'v>(val: &'v Val, key: &str) -> Option<&'v Val> {
     match val {
@@ -294,6 +322,20 @@ mod tests {
             from_json(&deep, shallow),
             Err(ConvertError::TooDeep { .. })
         ));
+    }
+
+    #[test]
+    fn bounded_text_never_prints_a_large_value_whole() {
+        let big: Vec<serde_json::Value> = (0..100_000).map(|i| json!({"i": i})).collect();
+        let val = from_json(&json!(big), Limits::default()).unwrap();
+        let text = to_text_bounded(&val, 100);
+        assert!(text.len() <= 104 && text.ends_with('…'), "{text}");
+        assert!(text.starts_with(r#"[{"i":0},{"i":1}"#), "{text}");
+        let s = string(&"é".repeat(1000));
+        let text = to_text_bounded(&s, 11);
+        assert!(text.starts_with("ééééé") && text.ends_with('…'), "{text}");
+        assert_eq!(to_text_bounded(&string("short"), 100), "short");
+        assert_eq!(to_text_bounded(&Val::Num(Num::Int(7)), 100), "7");
     }
 
     #[test]
