@@ -185,10 +185,21 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// The embedded catalog plus `--definitions`; invalid definitions are a listed error.
+/// The embedded catalog plus `--definitions`, layered as `serve` layers them; invalid
+/// definitions are a listed error.
 fn load_catalog(args: &DefinitionArgs) -> anyhow::Result<crate::definition::Catalog> {
-    crate::definition::catalog::load_layers(args.definitions.as_deref()).map_err(|errors| {
-        let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
-        anyhow::anyhow!("invalid definitions:\n{}", lines.join("\n"))
-    })
+    let mut layers = crate::definition::layers::Layers::new();
+    if let Some(dir) = args.definitions.as_deref() {
+        let (defs, errors) = crate::definition::catalog::load_path(dir);
+        layers.set_directory(defs, errors);
+    }
+    let (catalog, errors) = layers.build();
+    if errors.is_empty() {
+        return Ok(catalog);
+    }
+    let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
+    Err(anyhow::anyhow!(
+        "invalid definitions:\n{}",
+        lines.join("\n")
+    ))
 }

@@ -5,9 +5,9 @@
 //! builds a new catalog and publishes it whole.
 
 use super::DefinitionError;
-use super::compile::Definition;
 use super::load::{self, Parsed};
 use super::model::GroupVersionKind;
+use super::plan::Definition;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -237,23 +237,6 @@ pub fn load_path(path: &Path) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
     let (defs, e) = compile_all(parsed, &format!("directory:{source}"));
     errors.extend(e);
     (defs, errors)
-}
-
-/// The embedded catalog overlaid with the definitions below `dir` (if given). Any invalid
-/// definition is an error listing every problem.
-pub fn load_layers(dir: Option<&Path>) -> Result<Catalog, Vec<DefinitionError>> {
-    let (embedded, mut errors) = load_embedded();
-    let mut layers = vec![embedded];
-    if let Some(dir) = dir {
-        let (defs, errs) = load_path(dir);
-        errors.extend(errs);
-        layers.push(defs);
-    }
-    if errors.is_empty() {
-        Ok(Catalog::from_layers(1, layers))
-    } else {
-        Err(errors)
-    }
 }
 
 /// Kubernetes version priority: `v2` > `v1` > `v1beta2` > `v1beta1` > `v1alpha1` > others.

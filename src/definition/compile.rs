@@ -14,253 +14,9 @@
 use super::DefinitionError;
 use super::breaker::Breaker;
 use super::model::*;
+use super::plan::*;
 use crate::expr::{CompileError, Expr};
-use std::collections::{BTreeMap, HashMap};
-
-/// A compiled expression and where it was written.
-#[derive(Debug, Clone)]
-pub struct Compiled {
-    /// The compiled expression.
-    pub expr: Expr,
-    /// YAML path of the field, for diagnostics.
-    pub path: String,
-}
-
-impl Compiled {
-    /// The expression's source text.
-    pub fn source(&self) -> &str {
-        self.expr.source()
-    }
-}
-
-/// A validated, compiled definition. Immutable; shared behind `Arc`.
-#[derive(Debug)]
-pub struct Definition {
-    /// Definition name (`metadata.name`, or a slug of the root kind).
-    pub name: String,
-    /// Where it was loaded from: `embedded`, `directory:<path>`, `cluster`, …
-    pub origin: String,
-    /// File (or object) it came from.
-    pub source: String,
-    /// The root component's kind.
-    pub root_kind: GroupVersionKind,
-    /// The definition as written.
-    pub karta: Karta,
-    /// Components; index 0 is the root and parents come before their children.
-    pub components: Vec<Component>,
-    /// Kinds owner chains may pass through besides component kinds.
-    pub additional_child_kinds: Vec<GroupVersionKind>,
-    /// Gang scheduling plan, if the definition has one.
-    pub gang: Option<GangPlan>,
-    /// Problems that do not stop the definition from loading (upstream accepts them).
-    pub warnings: Vec<DefinitionError>,
-    /// Unique within the process: what answers remembered on pods are keyed by.
-    id: u64,
-    /// Quarantines this version of the definition when its evaluations keep exceeding
-    /// their budgets.
-    breaker: Breaker,
-    /// The catalog generation that first published this version (0: not yet).
-    published: std::sync::atomic::AtomicU64,
-}
-
-/// One compiled component.
-#[derive(Debug)]
-pub struct Component {
-    /// Name.
-    pub name: String,
-    /// Object kind; `None` for virtual components.
-    pub kind: Option<GroupVersionKind>,
-    /// Parent component index (`None` for the root).
-    pub parent: Option<usize>,
-    /// Child component indexes, in definition order.
-    pub children: Vec<usize>,
-    /// Where this component's pod spec lives; `Some` makes it pod-bearing.
-    pub spec: Option<PodSpecSource>,
-    /// `replicasPath`.
-    pub replicas: Option<Compiled>,
-    /// `minReplicasPath`.
-    pub min_replicas: Option<Compiled>,
-    /// `maxReplicasPath`.
-    pub max_replicas: Option<Compiled>,
-    /// Status plan (the root's is the workload status).
-    pub status: Option<StatusPlan>,
-    /// `instanceIdPath`.
-    pub instance_ids: Option<Compiled>,
-    /// `componentTypeSelector`.
-    pub type_selector: Option<TypeSelector>,
-    /// `componentInstanceSelector.idPath`.
-    pub instance_selector: Option<Compiled>,
-    /// `replicaSelector.keyPath`.
-    pub replica_selector: Option<Compiled>,
-    /// YAML path of the component, for diagnostics.
-    pub path: String,
-}
-
-impl Component {
-    /// True when the component declares a pod spec.
-    pub fn pod_bearing(&self) -> bool {
-        self.spec.is_some()
-    }
-}
-
-/// The three pod spec shapes.
-#[derive(Debug)]
-#[allow(clippy::large_enum_variant)] // a handful per definition; boxing buys nothing
-pub enum PodSpecSource {
-    /// `podTemplateSpecPath`: metadata + spec.
-    Template(Compiled),
-    /// `podSpecPath` (+ optional `metadataPath`).
-    Spec {
-        /// The PodSpec.
-        spec: Compiled,
-        /// The ObjectMeta.
-        metadata: Option<Compiled>,
-    },
-    /// `fragmentedPodSpecDefinition`: the parts resource accounting reads.
-    Fragmented {
-        /// `resourcesPath`.
-        resources: Option<Compiled>,
-        /// `containersPath`.
-        containers: Option<Compiled>,
-        /// `containerPath`.
-        container: Option<Compiled>,
-        /// `resourceClaimsPath`.
-        resource_claims: Option<Compiled>,
-        /// `annotationsPath`.
-        annotations: Option<Compiled>,
-    },
-}
-
-impl PodSpecSource {
-    /// The expression that finds the pod spec (the template or spec path; of a fragmented
-    /// spec, the containers, container or resources path), for diagnostics.
-    pub fn primary(&self) -> Option<&Compiled> {
-        match self {
-            PodSpecSource::Template(e) => Some(e),
-            PodSpecSource::Spec { spec, .. } => Some(spec),
-            PodSpecSource::Fragmented {
-                containers,
-                container,
-                resources,
-                ..
-            } => containers
-                .as_ref()
-                .or(container.as_ref())
-                .or(resources.as_ref()),
-        }
-    }
-}
-
-/// Pod type selector.
-#[derive(Debug)]
-pub struct TypeSelector {
-    /// Existence (no value) or equality (with value).
-    pub key_path: Option<Compiled>,
-    /// Expected value.
-    pub value: Option<String>,
-    /// Required pod labels.
-    pub match_labels: BTreeMap<String, String>,
-}
-
-/// The normalized statuses, in upstream evaluation order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StatusKind {
-    /// Resuming.
-    Resuming,
-    /// Suspending.
-    Suspending,
-    /// Suspended.
-    Suspended,
-    /// Running.
-    Running,
-    /// Failed.
-    Failed,
-    /// Completed.
-    Completed,
-    /// Initializing.
-    Initializing,
-    /// Degraded.
-    Degraded,
-}
-
-/// Compiled status definition.
-#[derive(Debug)]
-pub struct StatusPlan {
-    /// Phase path.
-    pub phase: Option<Compiled>,
-    /// Conditions path and field names.
-    pub conditions: Option<ConditionsPlan>,
-    /// Matchers per status, in upstream order.
-    pub mappings: Vec<(StatusKind, Vec<MatcherPlan>)>,
-}
-
-/// Compiled conditions definition.
-#[derive(Debug)]
-pub struct ConditionsPlan {
-    /// jq to the conditions array.
-    pub path: Compiled,
-    /// Field holding the type.
-    pub type_field: String,
-    /// Field holding the status.
-    pub status_field: String,
-    /// Field holding the message.
-    pub message_field: String,
-    /// Field holding the reason.
-    pub reason_field: String,
-}
-
-/// One compiled status matcher.
-#[derive(Debug)]
-pub struct MatcherPlan {
-    /// Expected phase.
-    pub by_phase: Option<String>,
-    /// Expected conditions.
-    pub by_conditions: Vec<ExpectedCondition>,
-    /// Expression and expected text.
-    pub by_expression: Option<(Compiled, String)>,
-}
-
-/// Compiled gang instructions.
-#[derive(Debug)]
-pub enum GangPlan {
-    /// Alpha format.
-    PodGroups(Vec<PodGroupPlan>),
-    /// v2 format.
-    PodGroup(PodGroupV2Plan),
-}
-
-/// Compiled alpha pod group.
-#[derive(Debug)]
-pub struct PodGroupPlan {
-    /// Group definition name.
-    pub name: String,
-    /// Members.
-    pub members: Vec<MemberPlan>,
-    /// Extension: minimum member count (variables `$keys`, `$pod`).
-    pub min_member: Option<Compiled>,
-}
-
-/// Compiled alpha member.
-#[derive(Debug)]
-pub struct MemberPlan {
-    /// Member component index.
-    pub component: usize,
-    /// Grouping keys (jq on pods).
-    pub keys: Vec<Compiled>,
-    /// Filters (jq on pods).
-    pub filters: Vec<Compiled>,
-}
-
-/// Compiled v2 pod group.
-#[derive(Debug)]
-pub struct PodGroupV2Plan {
-    /// Group name.
-    pub name: String,
-    /// Subgroup component indexes.
-    pub subgroups: Vec<usize>,
-    /// Extension: minimum member count.
-    pub min_member: Option<Compiled>,
-}
+use std::collections::HashMap;
 
 /// The next [`Definition::id`].
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -347,8 +103,16 @@ pub fn slug(gvk: &GroupVersionKind) -> String {
     format!("{group}-{}-{}", gvk.kind.to_lowercase(), gvk.version)
 }
 
+/// A component definition with its YAML path.
+type Located<'k> = (&'k ComponentDefinition, String);
+
 impl Definition {
     /// Validates and compiles `karta`, read from `source`, with the given origin label.
+    /// The phases: the document header; component names (unique, before anything else can
+    /// be checked); the root's rules; owner references and cycles; each component's shape;
+    /// then compilation of every component, parents first, and of the gang plan. Every
+    /// error of a phase is collected, and expressions are compiled even when a structural
+    /// rule failed, so one pass reports everything.
     pub fn compile(
         karta: Karta,
         source: &str,
@@ -359,157 +123,29 @@ impl Definition {
             errors: Vec::new(),
             warnings: Vec::new(),
         };
-        if karta.api_version != API_VERSION {
-            cx.error(
-                "apiVersion",
-                format!("must be `{API_VERSION}`, found `{}`", karta.api_version),
-            );
-        }
-        if karta.kind != KIND {
-            cx.error("kind", format!("must be `{KIND}`, found `{}`", karta.kind));
-        }
+        check_header(&mut cx, &karta);
         let structure = &karta.spec.structure_definition;
-        let definitions: Vec<(&ComponentDefinition, String)> = std::iter::once((
-            &structure.root_component,
-            "spec.structureDefinition.rootComponent".to_owned(),
-        ))
-        .chain(
-            structure
-                .child_components
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (c, format!("spec.structureDefinition.childComponents[{i}]"))),
-        )
-        .collect();
-
-        // Names must be unique before anything else can be checked.
-        let before = cx.errors.len();
-        let mut index: HashMap<&str, usize> = HashMap::new();
-        for (i, (c, path)) in definitions.iter().enumerate() {
-            if c.name.is_empty() {
-                cx.error(&format!("{path}.name"), "component name is empty");
-            } else if index.insert(c.name.as_str(), i).is_some() {
-                cx.error(
-                    &format!("{path}.name"),
-                    format!("component name `{}` is not unique", c.name),
-                );
-            }
-        }
-        if cx.errors.len() > before {
+        let located = locate_components(structure);
+        let Some(index) = unique_names(&mut cx, &located) else {
             return Err(cx.errors);
-        }
-
-        // Root rules.
-        let root = &structure.root_component;
-        let root_path = &definitions[0].1;
-        let root_kind = root.kind.clone().unwrap_or_default();
-        if root_kind.version.is_empty()
-            || root_kind.kind.is_empty()
-            || (root_kind.group.is_empty() && root_kind.kind != "Pod")
-        {
-            cx.error(
-                &format!("{root_path}.kind"),
-                "root component must have a full kind (group, version, kind)",
-            );
-        }
-        if root.owner_ref.is_some() {
-            cx.error(
-                &format!("{root_path}.ownerRef"),
-                "root component cannot have an owner reference",
-            );
-        }
-        if root.status_definition.is_none() {
-            cx.error(
-                &format!("{root_path}.statusDefinition"),
-                "root component must have a status definition",
-            );
-        }
-
-        // Parents.
-        let mut parents: Vec<Option<usize>> = vec![None; definitions.len()];
-        for (i, (c, path)) in definitions.iter().enumerate().skip(1) {
-            match c.owner_ref.as_deref() {
-                None | Some("") => cx.error(
-                    &format!("{path}.ownerRef"),
-                    format!("child component `{}` has no owner reference", c.name),
-                ),
-                Some(owner) => match index.get(owner) {
-                    Some(&p) => parents[i] = Some(p),
-                    None => cx.error(
-                        &format!("{path}.ownerRef"),
-                        format!(
-                            "child component `{}` names owner `{owner}`, which is not a component",
-                            c.name
-                        ),
-                    ),
-                },
-            }
-        }
-
-        // Structural rules per component.
-        for (c, path) in &definitions {
+        };
+        let root_kind = check_root(&mut cx, &located[0]);
+        let parents = link_parents(&mut cx, &located, &index);
+        for (c, path) in &located {
             check_component_shape(&mut cx, c, path);
         }
-
         if cx.errors.is_empty() {
-            for (i, (c, path)) in definitions.iter().enumerate() {
-                let mut seen = vec![false; definitions.len()];
-                let mut at = Some(i);
-                while let Some(j) = at {
-                    if seen[j] {
-                        cx.error(
-                            &format!("{path}.ownerRef"),
-                            format!("ownership cycle involving component `{}`", c.name),
-                        );
-                        break;
-                    }
-                    seen[j] = true;
-                    at = parents[j];
-                }
-            }
+            check_cycles(&mut cx, &located, &parents);
         }
         if !cx.errors.is_empty() {
             // Expressions are still checked so every error is reported at once.
-            for (c, path) in &definitions {
+            for (c, path) in &located {
                 let _ = compile_component(&mut cx, c, path, None);
             }
             compile_gang(&mut cx, &karta, &index);
             return Err(cx.errors);
         }
-
-        // Order components so parents come before children (definition order otherwise).
-        let mut order: Vec<usize> = Vec::with_capacity(definitions.len());
-        fn visit(i: usize, parents: &[Option<usize>], order: &mut Vec<usize>) {
-            if order.contains(&i) {
-                return;
-            }
-            if let Some(p) = parents[i] {
-                visit(p, parents, order);
-            }
-            order.push(i);
-        }
-        for i in 0..definitions.len() {
-            visit(i, &parents, &mut order);
-        }
-        let position: HashMap<usize, usize> =
-            order.iter().enumerate().map(|(pos, &i)| (i, pos)).collect();
-
-        let mut components: Vec<Component> = Vec::with_capacity(order.len());
-        for &i in &order {
-            let (c, path) = &definitions[i];
-            let parent = parents[i].map(|p| position[&p]);
-            if let Some(component) = compile_component(&mut cx, c, path, parent) {
-                components.push(component);
-            }
-        }
-        if cx.errors.is_empty() {
-            for i in 0..components.len() {
-                if let Some(p) = components[i].parent {
-                    components[p].children.push(i);
-                }
-            }
-            check_selectors_have_pods(&mut cx, &components);
-        }
+        let components = compile_components(&mut cx, &located, &parents);
         let names: HashMap<&str, usize> = components
             .iter()
             .enumerate()
@@ -540,58 +176,168 @@ impl Definition {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
+}
 
-    /// The catalog generation that first published this version of the definition (0 when
-    /// none has): what graphs name as the definition's generation, so a catalog change that
-    /// leaves this definition alone changes nothing in its graphs.
-    pub fn generation(&self) -> u64 {
-        self.published.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Records the generation of the first catalog that holds this version.
-    pub(crate) fn published_in(&self, generation: u64) {
-        let _ = self.published.compare_exchange(
-            0,
-            generation,
-            std::sync::atomic::Ordering::Relaxed,
-            std::sync::atomic::Ordering::Relaxed,
+/// `apiVersion` and `kind` of the document.
+fn check_header(cx: &mut Ctx<'_>, karta: &Karta) {
+    if karta.api_version != API_VERSION {
+        cx.error(
+            "apiVersion",
+            format!("must be `{API_VERSION}`, found `{}`", karta.api_version),
         );
     }
-
-    /// The definition's circuit breaker (see [`crate::definition::breaker`]).
-    pub fn breaker(&self) -> &Breaker {
-        &self.breaker
+    if karta.kind != KIND {
+        cx.error("kind", format!("must be `{KIND}`, found `{}`", karta.kind));
     }
+}
 
-    /// A number no other definition compiled by this process has.
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// The root component.
-    pub fn root(&self) -> &Component {
-        &self.components[0]
-    }
-
-    /// Every kind an owner chain of this workload may pass through (component kinds and
-    /// `additionalChildKinds`), root excluded.
-    pub fn child_kinds(&self) -> impl Iterator<Item = &GroupVersionKind> {
-        self.components
+/// The root and child components with their YAML paths, root first.
+fn locate_components(structure: &StructureDefinition) -> Vec<Located<'_>> {
+    std::iter::once((
+        &structure.root_component,
+        "spec.structureDefinition.rootComponent".to_owned(),
+    ))
+    .chain(
+        structure
+            .child_components
             .iter()
-            .skip(1)
-            .filter_map(|c| c.kind.as_ref())
-            .chain(self.additional_child_kinds.iter())
-    }
+            .enumerate()
+            .map(|(i, c)| (c, format!("spec.structureDefinition.childComponents[{i}]"))),
+    )
+    .collect()
+}
 
-    /// Index of the component named `name`.
-    pub fn component_index(&self, name: &str) -> Option<usize> {
-        self.components.iter().position(|c| c.name == name)
+/// Component names, each unique and not empty: the index by name, or `None` (errors
+/// reported) when they are not.
+fn unique_names<'k>(cx: &mut Ctx<'_>, located: &[Located<'k>]) -> Option<HashMap<&'k str, usize>> {
+    let before = cx.errors.len();
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for (i, (c, path)) in located.iter().enumerate() {
+        if c.name.is_empty() {
+            cx.error(&format!("{path}.name"), "component name is empty");
+        } else if index.insert(c.name.as_str(), i).is_some() {
+            cx.error(
+                &format!("{path}.name"),
+                format!("component name `{}` is not unique", c.name),
+            );
+        }
     }
+    (cx.errors.len() == before).then_some(index)
+}
 
-    /// Number of pod-bearing components.
-    pub fn pod_bearing_count(&self) -> usize {
-        self.components.iter().filter(|c| c.pod_bearing()).count()
+/// The root's rules (a full kind, no owner, a status definition); returns its kind.
+fn check_root(cx: &mut Ctx<'_>, (root, root_path): &Located<'_>) -> GroupVersionKind {
+    let root_kind = root.kind.clone().unwrap_or_default();
+    if root_kind.version.is_empty()
+        || root_kind.kind.is_empty()
+        || (root_kind.group.is_empty() && root_kind.kind != "Pod")
+    {
+        cx.error(
+            &format!("{root_path}.kind"),
+            "root component must have a full kind (group, version, kind)",
+        );
     }
+    if root.owner_ref.is_some() {
+        cx.error(
+            &format!("{root_path}.ownerRef"),
+            "root component cannot have an owner reference",
+        );
+    }
+    if root.status_definition.is_none() {
+        cx.error(
+            &format!("{root_path}.statusDefinition"),
+            "root component must have a status definition",
+        );
+    }
+    root_kind
+}
+
+/// Each child's parent (by its owner reference), reporting references to no component.
+fn link_parents(
+    cx: &mut Ctx<'_>,
+    located: &[Located<'_>],
+    index: &HashMap<&str, usize>,
+) -> Vec<Option<usize>> {
+    let mut parents: Vec<Option<usize>> = vec![None; located.len()];
+    for (i, (c, path)) in located.iter().enumerate().skip(1) {
+        match c.owner_ref.as_deref() {
+            None | Some("") => cx.error(
+                &format!("{path}.ownerRef"),
+                format!("child component `{}` has no owner reference", c.name),
+            ),
+            Some(owner) => match index.get(owner) {
+                Some(&p) => parents[i] = Some(p),
+                None => cx.error(
+                    &format!("{path}.ownerRef"),
+                    format!(
+                        "child component `{}` names owner `{owner}`, which is not a component",
+                        c.name
+                    ),
+                ),
+            },
+        }
+    }
+    parents
+}
+
+/// Owner references that form a cycle.
+fn check_cycles(cx: &mut Ctx<'_>, located: &[Located<'_>], parents: &[Option<usize>]) {
+    for (i, (c, path)) in located.iter().enumerate() {
+        let mut seen = vec![false; located.len()];
+        let mut at = Some(i);
+        while let Some(j) = at {
+            if seen[j] {
+                cx.error(
+                    &format!("{path}.ownerRef"),
+                    format!("ownership cycle involving component `{}`", c.name),
+                );
+                break;
+            }
+            seen[j] = true;
+            at = parents[j];
+        }
+    }
+}
+
+/// Compiles every component, parents before children (definition order otherwise), links
+/// the children and checks that selectors sit on components with pods.
+fn compile_components(
+    cx: &mut Ctx<'_>,
+    located: &[Located<'_>],
+    parents: &[Option<usize>],
+) -> Vec<Component> {
+    let mut order: Vec<usize> = Vec::with_capacity(located.len());
+    fn visit(i: usize, parents: &[Option<usize>], order: &mut Vec<usize>) {
+        if order.contains(&i) {
+            return;
+        }
+        if let Some(p) = parents[i] {
+            visit(p, parents, order);
+        }
+        order.push(i);
+    }
+    for i in 0..located.len() {
+        visit(i, parents, &mut order);
+    }
+    let position: HashMap<usize, usize> =
+        order.iter().enumerate().map(|(pos, &i)| (i, pos)).collect();
+    let mut components: Vec<Component> = Vec::with_capacity(order.len());
+    for &i in &order {
+        let (c, path) = &located[i];
+        let parent = parents[i].map(|p| position[&p]);
+        if let Some(component) = compile_component(cx, c, path, parent) {
+            components.push(component);
+        }
+    }
+    if cx.errors.is_empty() {
+        for i in 0..components.len() {
+            if let Some(p) = components[i].parent {
+                components[p].children.push(i);
+            }
+        }
+        check_selectors_have_pods(cx, &components);
+    }
+    components
 }
 
 fn check_component_shape(cx: &mut Ctx<'_>, c: &ComponentDefinition, path: &str) {

@@ -6,12 +6,14 @@
 pub mod breaker;
 pub mod catalog;
 pub mod compile;
+pub mod layers;
 pub mod load;
 pub mod model;
+pub mod plan;
 
 pub use catalog::{Catalog, Lookup};
-pub use compile::Definition;
 pub use model::{GroupVersionKind, Karta};
+pub use plan::Definition;
 
 /// One problem with a definition: where (file, YAML path), which expression, what.
 #[derive(Debug, Clone, PartialEq, Eq)]

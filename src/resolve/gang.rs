@@ -15,7 +15,7 @@
 use super::diagnostics::VALUE_BYTES;
 use super::diagnostics::{WARNING, code};
 use super::{Answer, Asked, Resolver};
-use crate::definition::compile::{Compiled, GangPlan, PodGroupPlan, PodGroupV2Plan};
+use crate::definition::plan::{Compiled, GangPlan, PodGroupPlan, PodGroupV2Plan};
 use crate::expr::value::{self, as_f64, to_text_bounded};
 use crate::proto::v1 as pb;
 use jaq_json::{Rc, Val};

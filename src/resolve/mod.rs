@@ -16,7 +16,7 @@ mod status;
 mod tree;
 
 use crate::definition::Definition;
-use crate::definition::compile::{Compiled, GangPlan};
+use crate::definition::plan::{Compiled, GangPlan};
 use crate::expr::EvalError;
 use crate::expr::value::to_text;
 use crate::object::{Object, Pod};

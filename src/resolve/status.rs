@@ -4,7 +4,7 @@
 use super::Resolver;
 use super::diagnostics::VALUE_BYTES;
 use super::diagnostics::{WARNING, code};
-use crate::definition::compile::{MatcherPlan, StatusKind};
+use crate::definition::plan::{MatcherPlan, StatusKind};
 use crate::expr::value::{as_str, get, to_text, to_text_bounded};
 use crate::proto::v1 as pb;
 use jaq_json::Val;

@@ -11,7 +11,7 @@ use super::diagnostics::VALUE_BYTES;
 use super::diagnostics::{INFO, WARNING, code};
 use super::resources::{self, Amounts};
 use super::{Answer, Asked, Resolver, Slot};
-use crate::definition::compile::{Compiled, PodSpecSource, TypeSelector};
+use crate::definition::plan::{Compiled, PodSpecSource, TypeSelector};
 use crate::expr::value::{as_array, as_f64, as_str, get, get_path, to_text, to_text_bounded};
 use crate::object::Pod;
 use crate::proto::v1 as pb;

@@ -1,7 +1,8 @@
-//! Definition sources and their layering: the embedded catalog, `--definitions DIR` (hot
-//! reloaded) and Karta objects of the cluster (fed by the Kubernetes source).
+//! Definition sources at run time: `--definitions DIR` (hot reloaded) and Karta objects of
+//! the cluster (fed by the Kubernetes source), over the embedded catalog.
 //!
-//! [`Layers`] holds the last good definitions of every source; [`Publisher`] is its single
+//! [`Layers`] (`definition::layers`) holds the last good definitions of every source;
+//! [`Publisher`] is its single
 //! owner at run time: every source update goes through [`Publisher::update`], which rebuilds
 //! the catalog from all layers (cluster > directory > embedded, per root group/version/kind),
 //! publishes it whole (arc-swap) with a higher generation and sets the [`LoadReport`], so a
@@ -10,162 +11,13 @@
 //! definitions and its errors are reported.
 
 use super::files::{self, Tracker};
-use crate::definition::catalog::{self, Catalog, load_embedded};
-use crate::definition::{Definition, DefinitionError, GroupVersionKind, LoadReport, load};
+use crate::definition::catalog;
+pub use crate::definition::layers::Layers;
+use crate::definition::{Definition, DefinitionError, LoadReport, load};
 use crate::index::Index;
-use serde_json::Value as Json;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-
-/// One Karta object of the cluster: its last good definitions and current errors.
-struct ClusterKarta {
-    origin: String,
-    /// The `spec` last compiled, to skip events that change nothing (status, labels,
-    /// a relist of the same objects).
-    spec: Json,
-    good: Vec<Arc<Definition>>,
-    errors: Vec<DefinitionError>,
-}
-
-/// The last good definitions of every source.
-pub struct Layers {
-    embedded: Vec<Arc<Definition>>,
-    embedded_errors: Vec<DefinitionError>,
-    directory: Vec<Arc<Definition>>,
-    directory_errors: Vec<DefinitionError>,
-    /// Karta objects by key (uid, else name).
-    cluster: BTreeMap<String, ClusterKarta>,
-    generation: u64,
-}
-
-impl Default for Layers {
-    fn default() -> Self {
-        Layers::new()
-    }
-}
-
-impl Layers {
-    /// The embedded catalog alone; generation 1 is the first [`Layers::build`].
-    pub fn new() -> Layers {
-        let (embedded, embedded_errors) = load_embedded();
-        Layers {
-            embedded,
-            embedded_errors,
-            directory: Vec::new(),
-            directory_errors: Vec::new(),
-            cluster: BTreeMap::new(),
-            generation: 0,
-        }
-    }
-
-    /// Replaces the directory layer (its last good definitions and current errors).
-    pub fn set_directory(&mut self, defs: Vec<Arc<Definition>>, errors: Vec<DefinitionError>) {
-        self.directory = defs;
-        self.directory_errors = errors;
-    }
-
-    /// Adds or replaces the Karta object `key` (`origin` labels its definitions and errors,
-    /// e.g. `cluster:my-karta`). An invalid object keeps its last good definitions.
-    /// Returns false (and does nothing) when the object's `spec` is the one last compiled.
-    pub fn apply_cluster(&mut self, key: &str, origin: &str, object: &Json) -> bool {
-        let spec = object.get("spec").cloned().unwrap_or(Json::Null);
-        if self
-            .cluster
-            .get(key)
-            .is_some_and(|k| k.origin == origin && k.spec == spec)
-        {
-            return false;
-        }
-        let (parsed, mut errors) = match load::parse_document(object, origin, "") {
-            Ok(p) => (vec![p], Vec::new()),
-            Err(e) => (Vec::new(), vec![e]),
-        };
-        let (defs, compile_errors) = catalog::compile_all(parsed, origin);
-        errors.extend(compile_errors);
-        for e in &errors {
-            tracing::warn!(error = %e, "cluster definition rejected; the last good version stays active");
-        }
-        let entry = self
-            .cluster
-            .entry(key.to_owned())
-            .or_insert_with(|| ClusterKarta {
-                origin: origin.to_owned(),
-                spec: Json::Null,
-                good: Vec::new(),
-                errors: Vec::new(),
-            });
-        entry.origin = origin.to_owned();
-        entry.spec = spec;
-        if errors.is_empty() {
-            for w in defs.iter().flat_map(|d| d.warnings.iter()) {
-                tracing::warn!(warning = %w, "cluster definition loaded with a warning");
-            }
-            entry.good = defs;
-        }
-        entry.errors = errors;
-        true
-    }
-
-    /// Removes the Karta object `key` and its definitions.
-    pub fn delete_cluster(&mut self, key: &str) {
-        self.cluster.remove(key);
-    }
-
-    /// Replaces the whole cluster layer with `objects` (`(key, origin, object)`, a full
-    /// list): objects not in it are removed; ones already known keep their last good
-    /// definitions if the new version fails.
-    /// Returns whether anything changed.
-    pub fn reset_cluster(&mut self, objects: &[(String, String, Json)]) -> bool {
-        let keep: std::collections::HashSet<&str> =
-            objects.iter().map(|(k, _, _)| k.as_str()).collect();
-        let before = self.cluster.len();
-        self.cluster.retain(|k, _| keep.contains(k.as_str()));
-        let mut changed = self.cluster.len() != before;
-        for (key, origin, object) in objects {
-            changed |= self.apply_cluster(key, origin, object);
-        }
-        changed
-    }
-
-    /// The next catalog (higher generation) and every current error. Two Karta objects with
-    /// the same root kind: the first by origin wins, the other is reported.
-    pub fn build(&mut self) -> (Catalog, Vec<DefinitionError>) {
-        self.generation += 1;
-        let mut errors: Vec<DefinitionError> = self
-            .embedded_errors
-            .iter()
-            .chain(&self.directory_errors)
-            .cloned()
-            .collect();
-        let mut entries: Vec<&ClusterKarta> = self.cluster.values().collect();
-        entries.sort_by(|a, b| a.origin.cmp(&b.origin));
-        let mut cluster: Vec<Arc<Definition>> = Vec::new();
-        let mut owner: HashMap<GroupVersionKind, &str> = HashMap::new();
-        for entry in entries {
-            errors.extend(entry.errors.iter().cloned());
-            for def in &entry.good {
-                match owner.get(&def.root_kind) {
-                    Some(first) => errors.push(DefinitionError::new(
-                        &entry.origin,
-                        "spec.structureDefinition.rootComponent.kind",
-                        None,
-                        format!("{} is already defined by {first}", def.root_kind),
-                    )),
-                    None => {
-                        owner.insert(def.root_kind.clone(), &entry.origin);
-                        cluster.push(def.clone());
-                    }
-                }
-            }
-        }
-        let catalog = Catalog::from_layers(
-            self.generation,
-            [self.embedded.clone(), self.directory.clone(), cluster],
-        );
-        (catalog, errors)
-    }
-}
 
 /// The single owner of [`Layers`] at run time: applies an update, rebuilds and publishes
 /// the catalog to the index and the errors to the report, and tells watchers of

@@ -175,7 +175,7 @@ spec:
     );
     // The unknown subgroup is dropped; the known one stays.
     match &def.gang {
-        Some(kartograf::definition::compile::GangPlan::PodGroup(g)) => {
+        Some(kartograf::definition::plan::GangPlan::PodGroup(g)) => {
             assert_eq!(
                 g.subgroups,
                 [def.component_index("workers").expect("workers")]
@@ -226,7 +226,7 @@ fn both_gang_formats_load_and_v2_wins() {
     let def = compile(&with_v2).expect("valid");
     assert!(matches!(
         def.gang,
-        Some(kartograf::definition::compile::GangPlan::PodGroup(_))
+        Some(kartograf::definition::plan::GangPlan::PodGroup(_))
     ));
 }
 
