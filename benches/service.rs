@@ -167,6 +167,7 @@ async fn rpc_throughput(addr: std::net::SocketAddr, o: &Options) {
             ..Default::default()
         })),
         view: 0,
+        cluster: String::new(),
     };
     let big_request = pb::ResolveRequest {
         target: Some(pb::resolve_request::Target::Workload(pb::ObjectRef {
@@ -176,6 +177,7 @@ async fn rpc_throughput(addr: std::net::SocketAddr, o: &Options) {
             ..Default::default()
         })),
         view: 0,
+        cluster: String::new(),
     };
     let resolve = {
         let resolver = resolver.clone();
@@ -482,6 +484,7 @@ async fn reload_under_load(index: Arc<Index>, addr: std::net::SocketAddr, o: &Op
                         ..Default::default()
                     })),
                     view: 0,
+                    cluster: String::new(),
                 };
                 let at = Instant::now();
                 match client.resolve(req).await {

@@ -60,7 +60,7 @@ fn not_ready(shared: &Shared) -> Option<String> {
     if *shared.shutdown.borrow() {
         return Some("shutting down".to_owned());
     }
-    let pending = shared.index.pending_sources();
+    let pending = shared.store.pending();
     if pending.is_empty() {
         None
     } else {

@@ -13,6 +13,7 @@
 //! wires them to the command line.
 
 pub mod admin;
+pub mod aggregate;
 pub mod cli;
 pub mod definition;
 pub mod drift;

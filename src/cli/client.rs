@@ -25,6 +25,10 @@ pub struct ServerArgs {
     /// All namespaces (the default; accepted for kubectl habits).
     #[arg(short = 'A', long = "all-namespaces", global = true)]
     pub all_namespaces: bool,
+    /// Only this cluster (`Workload.cluster`), for a server that serves several (an
+    /// aggregator). Default: all clusters.
+    #[arg(long, env = "KARTOGRAF_CLUSTER", global = true)]
+    pub cluster: Option<String>,
     /// Bearer token for a server started with --auth-tokens.
     #[arg(long, env = "KARTOGRAF_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
@@ -122,12 +126,14 @@ pub struct WatchArgs {
 /// Grouping of `totals`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum By {
-    /// By namespace.
+    /// By namespace (summed over clusters).
     Namespace,
-    /// By kind.
+    /// By kind (summed over clusters).
     Kind,
     /// By workload.
     Workload,
+    /// By cluster.
+    Cluster,
 }
 
 /// `totals --by …`.
@@ -194,9 +200,37 @@ fn namespace(server: &ServerArgs) -> String {
     }
 }
 
+fn cluster(server: &ServerArgs) -> String {
+    server.cluster.clone().unwrap_or_default()
+}
+
+/// How many clusters the server serves workloads of, within `--cluster` (1 when it cannot
+/// say: a server from before clusters answers GROUP_BY_CLUSTER with INVALID_ARGUMENT).
+async fn clusters_served(client: &mut Client, server: &ServerArgs) -> usize {
+    let request = pb::TotalsRequest {
+        group_by: pb::GroupBy::Cluster as i32,
+        cluster: cluster(server),
+        ..Default::default()
+    };
+    client
+        .totals(request)
+        .await
+        .map_or(1, |r| r.into_inner().rows.len().max(1))
+}
+
+/// True when the workloads belong to more than one cluster (a CLUSTER column is shown then).
+fn several_clusters<'a>(clusters: impl IntoIterator<Item = &'a str>) -> bool {
+    let mut clusters = clusters.into_iter();
+    let first = clusters.next();
+    clusters.any(|c| Some(c) != first)
+}
+
 /// Exit code and message for a failed call.
 fn failed(status: tonic::Status) -> anyhow::Result<ExitCode> {
     eprintln!("error: {}", status.message());
+    if status.message().contains("set `cluster`") {
+        eprintln!("(choose one with --cluster NAME)");
+    }
     Ok(ExitCode::from(match status.code() {
         tonic::Code::NotFound => EXIT_NOT_FOUND,
         tonic::Code::FailedPrecondition => EXIT_NO_DEFINITION,
@@ -247,10 +281,14 @@ fn parse_rfc3339(s: &str) -> Option<i64> {
 }
 
 fn table(workloads: &[pb::Workload], wide: bool) -> String {
+    let with_cluster = several_clusters(workloads.iter().map(|w| w.cluster.as_str()));
     let rows: Vec<Vec<String>> = workloads
         .iter()
         .map(|w| {
             let mut row = tree::workload_row(w);
+            if with_cluster {
+                row.insert(0, w.cluster.clone());
+            }
             row.push(age(&w.created));
             if wide {
                 row.push(w.definition.clone().unwrap_or_default().name);
@@ -260,6 +298,9 @@ fn table(workloads: &[pb::Workload], wide: bool) -> String {
         })
         .collect();
     let mut headers = tree::WORKLOAD_COLUMNS.to_vec();
+    if with_cluster {
+        headers.insert(0, "CLUSTER");
+    }
     headers.push("AGE");
     if wide {
         headers.extend(["DEFINITION", "DIAGNOSTICS"]);
@@ -304,6 +345,7 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
                 view: pb::View::Summary as i32,
                 page_size: 500,
                 page_token: token.clone(),
+                cluster: cluster(&args.server),
                 ..Default::default()
             };
             let page = match client.list(req).await {
@@ -355,6 +397,7 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
                     kinds: vec![kind.clone()],
                     view: pb::View::Summary as i32,
                     page_size: 1000,
+                    cluster: cluster(&args.server),
                     ..Default::default()
                 })
                 .await;
@@ -377,11 +420,21 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
                 ..Default::default()
             })),
             view: pb::View::Full as i32,
+            cluster: cluster(&args.server),
         };
         match client.resolve(req).await {
             Ok(r) => {
                 let w = r.into_inner().workload.unwrap_or_default();
-                super::print_out(tree::render(&w).trim_end());
+                let mut text = tree::render(&w);
+                if !w.cluster.is_empty()
+                    && (args.server.cluster.is_some()
+                        || clusters_served(&mut client, &args.server).await > 1)
+                {
+                    // The cluster joins the header line.
+                    let end = text.find('\n').unwrap_or(text.len());
+                    text.insert_str(end, &format!("   cluster: {}", w.cluster));
+                }
+                super::print_out(text.trim_end());
                 Ok(ExitCode::SUCCESS)
             }
             Err(e) => failed(e),
@@ -393,11 +446,13 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
 pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let mut client = connect(&args.server).await?;
+        let with_cluster = clusters_served(&mut client, &args.server).await > 1;
         let req = pb::WatchRequest {
             namespace: namespace(&args.server),
             kinds: args.kind.clone().into_iter().collect(),
             since_revision: args.since,
             view: pb::View::Summary as i32,
+            cluster: cluster(&args.server),
             ..Default::default()
         };
         let mut stream = match client.watch(req).await {
@@ -415,8 +470,13 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
                             let r = w.r#ref.clone().unwrap_or_default();
                             let pods = w.pods.unwrap_or_default();
                             let t = w.totals.unwrap_or_default();
+                            let at = if with_cluster {
+                                format!("{}:", w.cluster)
+                            } else {
+                                String::new()
+                            };
                             super::print_out(&format!(
-                                "{:<8} {name:<9} {}/{}/{}  {}  {}/{} ready  gpu {}/{}",
+                                "{:<8} {name:<9} {at}{}/{}/{}  {}  {}/{} ready  gpu {}/{}",
                                 e.revision,
                                 r.kind,
                                 r.namespace,
@@ -446,17 +506,22 @@ pub fn totals(args: TotalsArgs) -> anyhow::Result<ExitCode> {
             By::Namespace => pb::GroupBy::Namespace,
             By::Kind => pb::GroupBy::Kind,
             By::Workload => pb::GroupBy::Workload,
+            By::Cluster => pb::GroupBy::Cluster,
         };
         let resp = match client
             .totals(pb::TotalsRequest {
                 group_by: group_by as i32,
                 namespace: namespace(&args.server),
+                cluster: cluster(&args.server),
             })
             .await
         {
             Ok(r) => r.into_inner(),
             Err(e) => return failed(e),
         };
+        // Workload rows of several clusters say which.
+        let with_cluster = args.by == By::Workload
+            && several_clusters(resp.rows.iter().map(|r| r.cluster.as_str()));
         let rows: Vec<Vec<String>> = resp
             .rows
             .iter()
@@ -464,34 +529,48 @@ pub fn totals(args: TotalsArgs) -> anyhow::Result<ExitCode> {
                 let t = r.totals.clone().unwrap_or_default();
                 let (d, c) = (t.desired.unwrap_or_default(), t.current.unwrap_or_default());
                 let p = r.pods.unwrap_or_default();
-                vec![
-                    r.key.clone(),
-                    r.workloads.to_string(),
-                    format!("{}/{}", p.ready, p.desired),
-                    format!("{}/{}", tree::gpus(c.gpus), tree::gpus(d.gpus)),
-                    format!("{}/{}", tree::cpu(c.cpu_millis), tree::cpu(d.cpu_millis)),
-                    format!(
-                        "{}/{}",
-                        tree::memory(c.memory_bytes),
-                        tree::memory(d.memory_bytes)
-                    ),
-                ]
+                let cluster = with_cluster.then(|| r.cluster.clone());
+                cluster
+                    .into_iter()
+                    .chain([
+                        r.key.clone(),
+                        r.workloads.to_string(),
+                        format!("{}/{}", p.ready, p.desired),
+                        format!("{}/{}", tree::gpus(c.gpus), tree::gpus(d.gpus)),
+                        format!("{}/{}", tree::cpu(c.cpu_millis), tree::cpu(d.cpu_millis)),
+                        format!(
+                            "{}/{}",
+                            tree::memory(c.memory_bytes),
+                            tree::memory(d.memory_bytes)
+                        ),
+                    ])
+                    .collect()
             })
             .collect();
         let key = match args.by {
             By::Namespace => "NAMESPACE",
             By::Kind => "KIND",
             By::Workload => "WORKLOAD",
+            By::Cluster => "CLUSTER",
         };
-        super::print_out(
-            tree::table(&[key, "WORKLOADS", "READY", "GPUS", "CPU", "MEMORY"], &rows).trim_end(),
-        );
+        let mut headers = vec![key, "WORKLOADS", "READY", "GPUS", "CPU", "MEMORY"];
+        if with_cluster {
+            headers.insert(0, "CLUSTER");
+        }
+        super::print_out(tree::table(&headers, &rows).trim_end());
         Ok(ExitCode::SUCCESS)
     })
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_cluster_column_needs_two_clusters() {
+        assert!(!super::several_clusters([]));
+        assert!(!super::several_clusters(["eu", "eu"]));
+        assert!(super::several_clusters(["eu", "eu", "us"]));
+    }
+
     #[test]
     fn parses_timestamps() {
         assert_eq!(super::parse_rfc3339("1970-01-02T00:00:00Z"), Some(86_400));

@@ -1,6 +1,9 @@
-//! `kartograf serve`: the long-running gRPC service.
+//! `kartograf serve`: the long-running gRPC service, over one cluster (Kubernetes or a
+//! manifest directory) or, with `--upstream`/`--upstreams`, as an aggregator of other
+//! kartografs.
 
 use super::DefinitionArgs;
+use crate::aggregate::{self, Aggregator, UpstreamConfig};
 use crate::definition::{Catalog, LoadReport};
 use crate::index::Index;
 use crate::server::{self, Settings, Shared, TlsFiles};
@@ -22,10 +25,49 @@ pub struct Args {
     /// config).
     #[arg(long, env = "KARTOGRAF_MANIFESTS", value_name = "DIR")]
     pub manifests: Option<PathBuf>,
-    /// Read only this namespace from Kubernetes (namespace sharding: one Deployment per
-    /// namespace, clients routed by namespace). Default: all namespaces.
+    /// Keep only this namespace's objects (namespace sharding: one replica per namespace,
+    /// put back together by an aggregator). From Kubernetes only this namespace is read; from
+    /// --manifests the other namespaces' objects are skipped. Default: all namespaces.
     #[arg(long, env = "KARTOGRAF_NAMESPACE", value_name = "NS")]
     pub namespace: Option<String>,
+    /// The cluster every graph names (`Workload.cluster`). Default: the kubeconfig's current
+    /// context, or `default` (--manifests, in-cluster config). When given, metrics label
+    /// per-workload series with `cluster` too.
+    #[arg(
+        long,
+        env = "KARTOGRAF_CLUSTER_NAME",
+        value_name = "NAME",
+        conflicts_with_all = ["upstream", "upstreams"]
+    )]
+    pub cluster_name: Option<String>,
+    /// Aggregate another kartograf: serve the union of every upstream's workloads (told
+    /// apart by cluster) instead of reading a cluster. NAME is the upstream's cluster name,
+    /// URL `http://host:port` (repeatable; TLS and tokens need --upstreams).
+    #[arg(
+        long = "upstream",
+        env = "KARTOGRAF_UPSTREAM",
+        value_name = "NAME=URL",
+        value_delimiter = ',',
+        conflicts_with_all = ["manifests", "namespace"]
+    )]
+    pub upstream: Vec<String>,
+    /// Aggregate the upstreams listed in FILE (YAML: name, url, caFile, certFile, keyFile,
+    /// tokenFile, serverName per upstream), re-read when it changes.
+    #[arg(
+        long,
+        env = "KARTOGRAF_UPSTREAMS",
+        value_name = "FILE",
+        conflicts_with_all = ["manifests", "namespace"]
+    )]
+    pub upstreams: Option<PathBuf>,
+    /// How long an unreachable (or resyncing) upstream's workloads stay, marked with an
+    /// `upstream_stale` diagnostic, before they are deleted.
+    #[arg(long, env = "KARTOGRAF_UPSTREAM_GRACE", default_value = "60s", value_parser = super::resolve::parse_duration)]
+    pub upstream_grace: Duration,
+    /// An aggregator is ready at once, serving the upstreams that synced so far, instead of
+    /// once every configured upstream synced.
+    #[arg(long, env = "KARTOGRAF_SERVE_PARTIAL")]
+    pub serve_partial: bool,
     /// How often kinds the cluster does not serve yet are looked up again.
     #[arg(long, env = "KARTOGRAF_REDISCOVER", default_value = "30s", value_parser = super::resolve::parse_duration)]
     pub rediscover: Duration,
@@ -139,69 +181,40 @@ pub fn run(args: Args, logging: &Logging) -> anyhow::Result<ExitCode> {
     result
 }
 
+/// The cluster name of `serve` without upstreams, and whether it was given explicitly.
+fn cluster_name(args: &Args) -> anyhow::Result<(String, bool)> {
+    if let Some(name) = &args.cluster_name {
+        if !server::validate::is_cluster_name(name) {
+            anyhow::bail!(
+                "--cluster-name {name:?}: a cluster name is 1 to 253 bytes without whitespace or control characters"
+            );
+        }
+        return Ok((name.clone(), true));
+    }
+    if args.manifests.is_some() {
+        return Ok(("default".to_owned(), false));
+    }
+    let context = ::kube::config::Kubeconfig::read()
+        .ok()
+        .and_then(|k| k.current_context)
+        .filter(|c| server::validate::is_cluster_name(c));
+    Ok((context.unwrap_or_else(|| "default".to_owned()), false))
+}
+
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     args.budget.apply();
-    if let Some(dir) = &args.manifests
-        && !dir.exists()
-    {
-        anyhow::bail!("--manifests {}: no such file or directory", dir.display());
-    }
     let report = Arc::new(LoadReport::default());
-    let source = if args.manifests.is_some() {
-        manifests::SOURCE
-    } else {
-        kube::SOURCE
-    };
-    let index = Arc::new(
-        Index::new(Catalog::default(), &[source])
-            .with_history(args.history)
-            .with_resolve_timeout(args.resolve_timeout),
-    );
-    // Embedded < --definitions DIR < cluster Karta objects, published by one owner.
-    let publisher = definitions::Publisher::new(Layers::new(), index.clone(), report.clone());
-    let mut reloader = args
-        .definitions
-        .definitions
-        .as_deref()
-        .map(definitions::Reloader::new);
-    match reloader.as_mut() {
-        Some(r) => r.publish(&publisher),
-        None => publisher.update(|_| {}),
-    }
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let mut shared = Shared::new(index.clone(), report.clone(), shutdown_rx);
+    let (mut shared, origin) = if args.upstream.is_empty() && args.upstreams.is_none() {
+        serve_cluster(&args, report, shutdown_rx).await?
+    } else {
+        serve_upstreams(&args, report, shutdown_rx)?
+    };
     if args.eval_threads > 0 {
         shared = shared.with_evaluations(server::evaluations::Evaluations::new(
             args.eval_threads,
             4 * args.eval_threads,
         ));
-    }
-    let origin = match &args.manifests {
-        Some(dir) => {
-            tokio::spawn(manifests::run(index.clone(), dir.clone()));
-            format!("manifests: {}", dir.display())
-        }
-        None => {
-            let client = ::kube::Client::try_default()
-                .await
-                .context("no --manifests given and no usable kubeconfig or in-cluster config")?;
-            let settings = kube::Settings {
-                rediscover: args.rediscover,
-                metrics: Some(shared.metrics.clone()),
-                namespace: args.namespace.clone(),
-                ..kube::Settings::default()
-            };
-            tokio::spawn(kube::run(
-                client,
-                index.clone(),
-                settings,
-                Some(publisher.clone()),
-            ));
-            "the Kubernetes cluster of the current kubeconfig".to_owned()
-        }
-    };
-    if let Some(r) = reloader {
-        tokio::spawn(definitions::run(r, publisher.clone()));
     }
     let tokens = match &args.auth_tokens {
         Some(path) => {
@@ -283,6 +296,116 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The index of one cluster (Kubernetes or a manifest directory) and its sources.
+async fn serve_cluster(
+    args: &Args,
+    report: Arc<LoadReport>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<(Shared, String)> {
+    if let Some(dir) = &args.manifests
+        && !dir.exists()
+    {
+        anyhow::bail!("--manifests {}: no such file or directory", dir.display());
+    }
+    let source = if args.manifests.is_some() {
+        manifests::SOURCE
+    } else {
+        kube::SOURCE
+    };
+    let (cluster, explicit) = cluster_name(args)?;
+    let index = Arc::new(
+        Index::new(Catalog::default(), &[source])
+            .with_history(args.history)
+            .with_resolve_timeout(args.resolve_timeout)
+            .with_cluster(&cluster, explicit)
+            .with_namespace(args.namespace.clone()),
+    );
+    // Embedded < --definitions DIR < cluster Karta objects, published by one owner.
+    let publisher = definitions::Publisher::new(Layers::new(), index.clone(), report.clone());
+    let mut reloader = args
+        .definitions
+        .definitions
+        .as_deref()
+        .map(definitions::Reloader::new);
+    match reloader.as_mut() {
+        Some(r) => r.publish(&publisher),
+        None => publisher.update(|_| {}),
+    }
+    let shared = Shared::new(index.clone(), report, shutdown);
+    let origin = match &args.manifests {
+        Some(dir) => {
+            tokio::spawn(manifests::run(index.clone(), dir.clone()));
+            format!("manifests: {} (cluster {cluster})", dir.display())
+        }
+        None => {
+            let client = ::kube::Client::try_default()
+                .await
+                .context("no --manifests given and no usable kubeconfig or in-cluster config")?;
+            let settings = kube::Settings {
+                rediscover: args.rediscover,
+                metrics: Some(shared.metrics.clone()),
+                namespace: args.namespace.clone(),
+                ..kube::Settings::default()
+            };
+            tokio::spawn(kube::run(
+                client,
+                index.clone(),
+                settings,
+                Some(publisher.clone()),
+            ));
+            format!("the Kubernetes cluster of the current kubeconfig (cluster {cluster})")
+        }
+    };
+    if let Some(r) = reloader {
+        tokio::spawn(definitions::run(r, publisher.clone()));
+    }
+    Ok((shared, origin))
+}
+
+/// An aggregator of the `--upstream` and `--upstreams` kartografs.
+fn serve_upstreams(
+    args: &Args,
+    report: Arc<LoadReport>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<(Shared, String)> {
+    let flags: Vec<UpstreamConfig> = args
+        .upstream
+        .iter()
+        .map(|f| aggregate::config::parse_flag(f))
+        .collect::<Result<_, _>>()
+        .map_err(anyhow::Error::msg)?;
+    let (all, loaded) = match &args.upstreams {
+        Some(path) => {
+            let loaded = aggregate::config::load(path, &flags).map_err(anyhow::Error::msg)?;
+            (loaded.upstreams, loaded.bytes)
+        }
+        None => (flags.clone(), Vec::new()),
+    };
+    // Definitions serve ListDefinitions, ValidateDefinition and inline requests that name no
+    // cluster (loaded once: an aggregator resolves nothing else itself).
+    let catalog = super::load_catalog(&args.definitions)?;
+    let settings = aggregate::Settings {
+        grace: args.upstream_grace,
+        serve_partial: args.serve_partial,
+        history: args.history,
+        ..aggregate::Settings::default()
+    };
+    let aggregator = Aggregator::new(catalog, settings);
+    let names: Vec<String> = all.iter().map(|u| u.name.clone()).collect();
+    aggregator.set_upstreams(all);
+    if let Some(path) = &args.upstreams {
+        tokio::spawn(aggregate::config::reload(
+            aggregator.clone(),
+            path.clone(),
+            flags,
+            loaded,
+            Duration::from_secs(2),
+        ));
+    }
+    let shared = Shared::new(aggregator, report, shutdown);
+    Ok((shared, format!("aggregator of {}", names.join(", "))))
 }
 
 fn nonzero(d: Duration) -> Option<Duration> {

@@ -8,6 +8,7 @@
 //! evaluation ([`resolve::Prepared`]) is memoized per root version and catalog generation, so
 //! a pod change re-resolves without re-evaluating the root.
 
+mod board;
 mod feed;
 mod names;
 mod offline;
@@ -17,6 +18,7 @@ mod query;
 pub mod selector;
 mod unowned;
 
+pub use board::{Board, Change, Key, Labels, Publication, WorkloadEntry};
 pub use feed::{Feed, Update};
 pub use offline::OnDemand;
 pub use published::Published;
@@ -33,7 +35,7 @@ use arc_swap::ArcSwap;
 use names::{Name, NameIndex};
 use placements::Placements;
 use serde_json::Value as Json;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -41,28 +43,9 @@ use std::time::{Duration, Instant};
 /// How many changes the history keeps for `Watch` resume.
 pub const DEFAULT_HISTORY: usize = 10_000;
 
-/// A root object's labels (what label selectors read), shared between the current entry and
-/// the history.
-pub type Labels = Arc<[(String, String)]>;
-
-/// One change of one workload.
-#[derive(Debug, Clone)]
-pub struct Change {
-    /// Revision at which it happened.
-    pub revision: u64,
-    /// ADDED, MODIFIED or DELETED.
-    pub kind: pb::EventType,
-    /// The graph (the last one, for DELETED), with its shared wire encodings.
-    pub workload: Arc<Published>,
-    /// The root's labels after the change (the last ones, for DELETED).
-    pub labels: Labels,
-    /// The root's labels before the change (empty for ADDED): with `labels`, this tells a
-    /// label-filtered subscriber whether the workload enters or leaves its view.
-    pub previous: Labels,
-}
-
-/// An object's identity (its uid), allocated once and shared by every map that refers to it.
-type Uid = Arc<str>;
+/// An object's identity (its uid), allocated once and shared by every map that refers to it
+/// (and the workload's key on the board).
+type Uid = Key;
 
 struct Entry {
     cached: Cached,
@@ -72,14 +55,6 @@ struct Entry {
     source: Arc<str>,
     /// For a pod: the root it was last resolved under.
     root: Option<Uid>,
-}
-
-/// A root workload with its current graph. Immutable once published: readers hold it by
-/// `Arc` after the index's lock is released.
-struct WorkloadEntry {
-    graph: Arc<Published>,
-    placements: Placements,
-    labels: Labels,
 }
 
 /// The cached objects and their links: written only by the index's writer, in short
@@ -107,16 +82,6 @@ impl Objects {
             .or_else(|| self.children.get_key_value(uid).map(|(k, _)| k))
             .map_or_else(|| Arc::from(uid), Arc::clone)
     }
-}
-
-/// What readers are served from: the published graphs, the revision and the change history.
-/// Written only by the writer, in short critical sections (graphs are resolved and encoded
-/// before the lock is taken).
-#[derive(Default)]
-struct Board {
-    revision: u64,
-    workloads: HashMap<Uid, Arc<WorkloadEntry>>,
-    history: VecDeque<Change>,
 }
 
 /// The writer's own state: mutations are serialized by the mutex that holds it, and
@@ -202,18 +167,22 @@ const PUBLISH_EVERY: usize = 256;
 /// the writer mutex while it converts, evaluates and resolves; readers (Resolve, List, Watch,
 /// Totals, metrics, health) never take it. They read two read-write locks that the writer
 /// takes only to insert what it already computed (microseconds per object or workload):
-/// the objects (for lookups by name and pod) and the board (published graphs, revision,
+/// the objects (for lookups by name and pod) and the [`Board`] (published graphs, revision,
 /// history).
 pub struct Index {
     writer: Mutex<Writer>,
     objects: std::sync::RwLock<Objects>,
-    board: std::sync::RwLock<Board>,
+    board: Board,
     catalog: ArcSwap<Catalog>,
     limits: Limits,
-    history_cap: usize,
     resolve_timeout: Duration,
     prepared: moka::sync::Cache<PreparedKey, Arc<Prepared>>,
-    revision_tx: tokio::sync::watch::Sender<u64>,
+    /// The cluster every graph names (`Workload.cluster`; empty: none).
+    cluster: Arc<str>,
+    /// Whether metrics label per-workload series with the cluster.
+    cluster_label: bool,
+    /// Only objects of this namespace are kept (namespace sharding); `None`: all.
+    namespace: Option<String>,
     pending_sources: Mutex<HashSet<String>>,
     /// Mirrors `pending_sources.is_empty()` so health and readiness never wait for a lock.
     synced: AtomicBool,
@@ -239,18 +208,8 @@ pub struct SourceProblem {
     pub message: String,
 }
 
-/// Where this process's revisions start: a random multiple of 2^32, so a `since_revision`
-/// from another replica or an earlier run is (almost surely) outside this index's history
-/// and gets RESET instead of a wrong resume.
-fn revision_epoch() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    ((random % (1 << 20)) + 1) << 32
-}
-
-fn relock<T>(r: std::sync::LockResult<T>) -> T {
+/// The value behind a lock, also when a panic poisoned it.
+pub(crate) fn relock<T>(r: std::sync::LockResult<T>) -> T {
     // A panic while holding a lock would be a bug; the state stays usable.
     r.unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -259,21 +218,17 @@ impl Index {
     /// An empty index over `catalog`. `sources` names the sources whose first full sync must
     /// finish before the index reports itself synced.
     pub fn new(catalog: Catalog, sources: &[&str]) -> Index {
-        let epoch = revision_epoch();
-        let (revision_tx, _) = tokio::sync::watch::channel(epoch);
         Index {
             writer: Mutex::new(Writer::default()),
             objects: std::sync::RwLock::new(Objects::default()),
-            board: std::sync::RwLock::new(Board {
-                revision: epoch,
-                ..Board::default()
-            }),
+            board: Board::new(DEFAULT_HISTORY),
             catalog: ArcSwap::from_pointee(catalog),
             limits: Limits::default(),
-            history_cap: DEFAULT_HISTORY,
             resolve_timeout: Duration::from_secs(2),
             prepared: moka::sync::Cache::builder().max_capacity(100_000).build(),
-            revision_tx,
+            cluster: Arc::from(""),
+            cluster_label: false,
+            namespace: None,
             pending_sources: Mutex::new(sources.iter().map(|s| (*s).to_owned()).collect()),
             synced: AtomicBool::new(sources.is_empty()),
             resolutions: AtomicU64::new(0),
@@ -338,8 +293,39 @@ impl Index {
 
     /// Sets how many changes are kept for `Watch` resume.
     pub fn with_history(mut self, cap: usize) -> Index {
-        self.history_cap = cap.max(1);
+        self.board.set_history_cap(cap);
         self
+    }
+
+    /// Names the cluster in every graph (`Workload.cluster`); with `label`, metrics label
+    /// per-workload series with it too.
+    pub fn with_cluster(mut self, name: &str, label: bool) -> Index {
+        self.cluster = Arc::from(name);
+        self.cluster_label = label && !name.is_empty();
+        self
+    }
+
+    /// Keeps only objects of `namespace` (namespace sharding: whatever a source sends, the
+    /// objects of other namespaces and cluster-scoped ones are skipped, as a Kubernetes
+    /// watch with a `metadata.namespace` field selector would).
+    pub fn with_namespace(mut self, namespace: Option<String>) -> Index {
+        self.namespace = namespace.filter(|n| !n.is_empty());
+        self
+    }
+
+    /// The cluster this index's graphs name (empty: none).
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// Whether metrics label per-workload series with the cluster.
+    pub fn cluster_label(&self) -> bool {
+        self.cluster_label
+    }
+
+    /// The published graphs, revisions and change history.
+    pub fn board(&self) -> &Board {
+        &self.board
     }
 
     /// Sets the per-resolve evaluation deadline.
@@ -360,14 +346,6 @@ impl Index {
         relock(self.objects.write())
     }
 
-    fn board(&self) -> std::sync::RwLockReadGuard<'_, Board> {
-        relock(self.board.read())
-    }
-
-    fn board_mut(&self) -> std::sync::RwLockWriteGuard<'_, Board> {
-        relock(self.board.write())
-    }
-
     /// The catalog in effect.
     pub fn catalog(&self) -> Arc<Catalog> {
         self.catalog.load_full()
@@ -375,17 +353,17 @@ impl Index {
 
     /// Current revision.
     pub fn revision(&self) -> u64 {
-        self.board().revision
+        self.board.revision()
     }
 
     /// A receiver that sees every new revision (for Watch).
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.revision_tx.subscribe()
+        self.board.subscribe()
     }
 
     /// Receivers currently subscribed (open Watch streams and internal listeners).
     pub fn subscribers(&self) -> usize {
-        self.revision_tx.receiver_count()
+        self.board.subscribers()
     }
 
     /// How many workload resolutions the index has run (each change re-resolves the
@@ -476,8 +454,7 @@ impl Index {
         // A resolution the deadline or a budget cut short asked some pods only part of
         // their questions.
         let whole = self
-            .board()
-            .workloads
+            .board
             .get(root.uid.as_str())
             .is_some_and(|w| !cut_short(&w.graph));
         if !whole {
@@ -500,6 +477,13 @@ impl Index {
     /// Inserts a converted object; returns its identity.
     fn insert(&self, w: &mut Writer, cached: Cached, source: &str) -> String {
         let uid = cached.meta().identity();
+        if let Some(ns) = &self.namespace
+            && &cached.meta().namespace != ns
+        {
+            // Another shard's object: not kept (and a copy kept before is removed).
+            self.remove(w, &uid);
+            return uid;
+        }
         // A pod update that changes nothing the graph reads (a kubelet heartbeat, a restart
         // count, a status write with the same content) skips re-resolving: the same
         // projection keeps the cached copy and what it remembers; otherwise the same
@@ -620,7 +604,7 @@ impl Index {
             changed |= self.publish(resolved, gone);
         }
         if changed {
-            let _ = self.revision_tx.send(self.revision());
+            self.board.notify();
         }
     }
 
@@ -724,6 +708,9 @@ impl Index {
         };
         self.resolutions.fetch_add(1, Ordering::Relaxed);
         let mut resolution = resolve::resolve(&input);
+        let labels: Labels = root.labels().into();
+        resolution.workload.cluster = self.cluster.to_string();
+        resolution.workload.labels = labels.iter().cloned().collect();
         for note in notes {
             resolution.workload.diagnostics.push(pb::Diagnostic {
                 severity: resolve::diagnostics::WARNING.to_owned(),
@@ -748,7 +735,7 @@ impl Index {
             uid: uid.clone(),
             graph: Published::new(resolution.workload),
             placements,
-            labels: root.labels().into(),
+            labels,
             pods: pods.into_iter().map(|(u, _)| u).collect(),
         })
     }
@@ -769,75 +756,25 @@ impl Index {
                 }
             }
         }
-        let mut board = self.board_mut();
-        let mut changed = false;
-        for uid in gone {
-            if let Some(old) = board.workloads.remove(&uid) {
-                let labels = old.labels.clone();
-                self.record(
-                    &mut board,
-                    pb::EventType::Deleted,
-                    old.graph.clone(),
-                    labels,
-                    old.labels.clone(),
-                );
-                changed = true;
-            }
-        }
-        for r in resolved {
-            let previous = board.workloads.get(&r.uid).cloned();
-            // A label change alone is published too: label-filtered watchers see the
-            // workload enter or leave their view.
-            if previous.as_ref().is_some_and(|w| {
+        // Paths that found nothing are counted on graphs that changed (an unchanged one is
+        // not published again).
+        for r in &resolved {
+            let previous = self.board.get(&r.uid);
+            let unchanged = previous.as_ref().is_some_and(|w| {
                 w.graph.same_graph(&r.graph) && w.labels.as_ref() == r.labels.as_ref()
-            }) {
-                // The placements are the same too: the graph lists every pod (by uid) where
-                // it is placed.
-                continue;
+            });
+            if !unchanged {
+                self.empty_paths
+                    .observe(previous.as_ref().map(|w| &**w.graph), &r.graph);
             }
-            let kind = if previous.is_some() {
-                pb::EventType::Modified
-            } else {
-                pb::EventType::Added
-            };
-            self.empty_paths
-                .observe(previous.as_ref().map(|w| &**w.graph), &r.graph);
-            let graph = Arc::new(r.graph.stamped(board.revision + 1));
-            board.workloads.insert(
-                r.uid.clone(),
-                Arc::new(WorkloadEntry {
-                    graph: graph.clone(),
-                    placements: r.placements,
-                    labels: r.labels.clone(),
-                }),
-            );
-            let before = previous.map_or_else(|| Arc::from([]), |w| w.labels.clone());
-            self.record(&mut board, kind, graph, r.labels, before);
-            changed = true;
         }
-        changed
-    }
-
-    fn record(
-        &self,
-        board: &mut Board,
-        kind: pb::EventType,
-        workload: Arc<Published>,
-        labels: Labels,
-        previous: Labels,
-    ) {
-        board.revision += 1;
-        let revision = board.revision;
-        board.history.push_back(Change {
-            revision,
-            kind,
-            workload,
-            labels,
-            previous,
-        });
-        while board.history.len() > self.history_cap {
-            board.history.pop_front();
-        }
+        let updates = resolved
+            .into_iter()
+            .map(|r| {
+                board::Publication::new(r.uid, Arc::new(r.graph), r.labels).placed(r.placements)
+            })
+            .collect();
+        self.board.publish(updates, gone)
     }
 }
 

@@ -1,9 +1,8 @@
 //! Reading the index: lookups, filtered lists, totals and the change history.
 
 use super::names::Name;
-use super::{Change, Graph, Index, Published, WorkloadEntry};
+use super::{Change, Graph, Index, Published};
 use crate::proto::v1 as pb;
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Which workloads a List or Watch wants.
@@ -15,13 +14,15 @@ pub struct Filter {
     pub kinds: Vec<String>,
     /// Kubernetes label selector on the root object ([`super::selector`]).
     pub label_selector: String,
+    /// Only workloads of this cluster (`Workload.cluster`); empty: all.
+    pub cluster: String,
 }
 
 /// A parsed label selector, or one that matches nothing (the filter's selector did not parse).
-struct Selector(Option<super::selector::Selector>);
+pub(super) struct Selector(Option<super::selector::Selector>);
 
 impl Selector {
-    fn matches(&self, labels: &[(String, String)]) -> bool {
+    pub(super) fn matches(&self, labels: &[(String, String)]) -> bool {
         self.0.as_ref().is_some_and(|s| s.matches(labels))
     }
 }
@@ -33,12 +34,15 @@ impl Filter {
     }
 
     /// The parsed label selector; one that does not parse matches nothing.
-    fn selector(&self) -> Selector {
+    pub(super) fn selector(&self) -> Selector {
         Selector(super::selector::parse(&self.label_selector).ok())
     }
 
-    /// Namespace and kind only.
-    fn matches_scope(&self, w: &pb::Workload) -> bool {
+    /// Cluster, namespace and kind only.
+    pub(super) fn matches_scope(&self, w: &pb::Workload) -> bool {
+        if !self.cluster.is_empty() && w.cluster != self.cluster {
+            return false;
+        }
         let r = w.r#ref.as_ref();
         let ns = r.map_or("", |r| r.namespace.as_str());
         if !self.namespace.is_empty() && ns != self.namespace {
@@ -92,32 +96,10 @@ pub enum TotalsKey {
     Namespace,
     /// By `group/Kind`.
     Kind,
-    /// By `namespace/Kind/name`.
+    /// By `namespace/Kind/name` (and cluster).
     Workload,
-}
-
-/// The list order: (namespace, kind, name), ties broken by uid so that the order is total.
-fn sort_key(w: &pb::Workload) -> (String, String, String, String) {
-    let r = w.r#ref.clone().unwrap_or_default();
-    (r.namespace, r.kind, r.name, r.uid)
-}
-
-fn add_resources(into: &mut pb::Resources, r: &pb::Resources) {
-    into.gpus += r.gpus;
-    into.cpu_millis += r.cpu_millis;
-    into.memory_bytes += r.memory_bytes;
-    for (k, v) in &r.raw {
-        let sum = crate::resolve::resources::parse_quantity(v).unwrap_or(0)
-            + into
-                .raw
-                .get(k)
-                .and_then(|x| crate::resolve::resources::parse_quantity(x))
-                .unwrap_or(0);
-        into.raw.insert(
-            k.clone(),
-            crate::resolve::resources::format_quantity(k, sum),
-        );
-    }
+    /// By cluster.
+    Cluster,
 }
 
 impl Index {
@@ -130,7 +112,7 @@ impl Index {
         Sizes {
             objects: entries.saturating_sub(pods),
             pods,
-            workloads: self.board().workloads.len(),
+            workloads: self.board.len(),
         }
     }
 
@@ -144,23 +126,11 @@ impl Index {
         pending
     }
 
-    /// Every published workload, by `Arc` (copied out under the board's read lock).
-    fn workloads_now(&self) -> (Vec<Arc<WorkloadEntry>>, u64) {
-        let board = self.board();
-        (board.workloads.values().cloned().collect(), board.revision)
-    }
-
-    fn sorted(mut all: Vec<Arc<WorkloadEntry>>) -> Vec<Arc<WorkloadEntry>> {
-        all.sort_by_cached_key(|w| sort_key(&w.graph));
-        all
-    }
-
     /// Every workload's summary ([`crate::resolve::summarize`]) in (namespace, kind, name)
     /// order, with the pods its resolution placed in a component (by pod name); unattributed
     /// pods are left out.
     pub fn attributed_pods(&self) -> Vec<(Arc<pb::Workload>, Vec<AttributedPod>)> {
-        let (all, _) = self.workloads_now();
-        let all = Self::sorted(all);
+        let all = self.board.find(|_, _| true);
         // Pods are looked up under the objects' read lock, one workload at a time.
         all.into_iter()
             .map(|w| {
@@ -194,11 +164,7 @@ impl Index {
     /// Like [`Index::workload`], with the graph's shared wire encodings.
     pub fn published(&self, r: &pb::ObjectRef) -> Option<Arc<Published>> {
         if !r.uid.is_empty() {
-            return self
-                .board()
-                .workloads
-                .get(r.uid.as_str())
-                .map(|w| w.graph.clone());
+            return self.board.get(r.uid.as_str()).map(|w| w.graph.clone());
         }
         let matches = |g: &pb::ObjectRef| {
             g.name == r.name
@@ -222,15 +188,15 @@ impl Index {
                     .cloned()
             };
             let found = uid
-                .and_then(|uid| self.board().workloads.get(&uid).cloned())
+                .and_then(|uid| self.board.get(&uid))
                 .filter(|w| w.graph.r#ref.as_ref().is_some_and(matches));
             if let Some(w) = found {
                 return Some(w.graph.clone());
             }
         }
-        let (all, _) = self.workloads_now();
-        all.into_iter()
-            .find(|w| w.graph.r#ref.as_ref().is_some_and(matches))
+        self.board
+            .find(|g, _| matches(g))
+            .first()
             .map(|w| w.graph.clone())
     }
 
@@ -284,7 +250,7 @@ impl Index {
             let entry = objects.entries.get(&uid).ok_or(false)?;
             (uid, entry.root.clone().ok_or(true)?)
         };
-        let w = self.board().workloads.get(&root).cloned().ok_or(true)?;
+        let w = self.board.get(&root).ok_or(true)?;
         let placement = w.placements.get(&uid).unwrap_or_default();
         Ok((w.graph.clone(), placement))
     }
@@ -297,21 +263,7 @@ impl Index {
         offset: usize,
         limit: usize,
     ) -> (Vec<Arc<pb::Workload>>, bool, u64) {
-        let (all, revision) = self.workloads_now();
-        let selector = filter.selector();
-        let matching: Vec<Arc<WorkloadEntry>> = Self::sorted(
-            all.into_iter()
-                .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
-                .collect(),
-        );
-        let more = matching.len().saturating_sub(offset) > limit;
-        let page = matching
-            .into_iter()
-            .skip(offset)
-            .take(limit)
-            .map(|w| Arc::new(w.graph.graph()))
-            .collect();
-        (page, more, revision)
+        self.board.list(filter, offset, limit)
     }
 
     /// Like [`Index::list`], from the first matching workload that sorts after `after`'s
@@ -323,27 +275,8 @@ impl Index {
         after: Option<&pb::ObjectRef>,
         limit: usize,
     ) -> (Vec<Arc<pb::Workload>>, bool, u64) {
-        let (all, revision) = self.workloads_now();
-        let selector = filter.selector();
-        let matching: Vec<Arc<WorkloadEntry>> = Self::sorted(
-            all.into_iter()
-                .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
-                .collect(),
-        );
-        let start = after.map_or(0, |r| {
-            let key = (&r.namespace, &r.kind, &r.name, &r.uid);
-            matching.partition_point(|w| {
-                let k = sort_key(&w.graph);
-                (&k.0, &k.1, &k.2, &k.3) <= key
-            })
-        });
-        let rest = &matching[start..];
-        let page = rest
-            .iter()
-            .take(limit)
-            .map(|w| Arc::new(w.graph.graph()))
-            .collect();
-        (page, rest.len() > limit, revision)
+        self.board
+            .list_after(filter, after.map(|r| (r, None)), limit)
     }
 
     /// The reference (apiVersion, kind, namespace, name, uid) of the cached object or pod
@@ -362,79 +295,17 @@ impl Index {
 
     /// Sums of desired and held resources, pods and workload counts, by `key`.
     pub fn totals(&self, key: TotalsKey, namespace: &str) -> (Vec<pb::TotalsRow>, u64) {
-        let (all, revision) = self.workloads_now();
-        let mut rows: BTreeMap<String, pb::TotalsRow> = BTreeMap::new();
-        for w in &all {
-            let g = &w.graph;
-            let r = g.r#ref.clone().unwrap_or_default();
-            if !namespace.is_empty() && r.namespace != namespace {
-                continue;
-            }
-            let group = r
-                .api_version
-                .rsplit_once('/')
-                .map_or("", |(g, _)| g)
-                .to_owned();
-            let k = match key {
-                TotalsKey::Namespace => r.namespace.clone(),
-                TotalsKey::Kind => {
-                    if group.is_empty() {
-                        r.kind.clone()
-                    } else {
-                        format!("{group}/{}", r.kind)
-                    }
-                }
-                TotalsKey::Workload => format!("{}/{}/{}", r.namespace, r.kind, r.name),
-            };
-            let row = rows.entry(k.clone()).or_insert_with(|| pb::TotalsRow {
-                key: k,
-                totals: Some(pb::Totals {
-                    desired: Some(Default::default()),
-                    current: Some(Default::default()),
-                }),
-                pods: Some(Default::default()),
-                workloads: 0,
-            });
-            row.workloads += 1;
-            let t = g.totals.clone().unwrap_or_default();
-            if let Some(rt) = row.totals.as_mut() {
-                if let (Some(d), Some(x)) = (rt.desired.as_mut(), t.desired.as_ref()) {
-                    add_resources(d, x);
-                }
-                if let (Some(c), Some(x)) = (rt.current.as_mut(), t.current.as_ref()) {
-                    add_resources(c, x);
-                }
-            }
-            if let (Some(p), Some(x)) = (row.pods.as_mut(), g.pods.as_ref()) {
-                p.desired += x.desired;
-                p.current += x.current;
-                p.ready += x.ready;
-            }
-        }
-        (rows.into_values().collect(), revision)
+        self.board.totals(key, namespace, "")
     }
 
     /// Every matching workload now, with the current revision (a Watch snapshot).
     pub fn snapshot(&self, filter: &Filter) -> (Vec<Arc<Published>>, u64) {
-        let (all, revision) = self.workloads_now();
-        let selector = filter.selector();
-        let all = Self::sorted(
-            all.into_iter()
-                .filter(|w| filter.matches_scope(&w.graph) && selector.matches(&w.labels))
-                .collect(),
-        )
-        .into_iter()
-        .map(|w| w.graph.clone())
-        .collect();
-        (all, revision)
+        self.board.snapshot(filter)
     }
 
     /// What a subscriber filtered by `filter` and current to revision `since` must receive
-    /// to be current now, coalesced to the latest graph per workload (in revision order), with
-    /// the revision it is then current to; `None` when `since` is older than the kept
-    /// history. A workload that enters the filter's view (created, or its labels now match)
-    /// comes as ADDED, one that leaves it (deleted, or its labels no longer match) as DELETED
-    /// with its last graph, so deletions are never lost. Costs O(changes since `since`).
+    /// to be current now (see [`super::Board::changes_since_counted`]); `None` when `since`
+    /// is older than the kept history.
     pub fn changes_since(&self, since: u64, filter: &Filter) -> Option<(Vec<Change>, u64)> {
         self.changes_since_counted(since, filter)
             .map(|(changes, revision, _)| (changes, revision))
@@ -447,62 +318,6 @@ impl Index {
         since: u64,
         filter: &Filter,
     ) -> Option<(Vec<Change>, u64, usize)> {
-        // The changes are copied out (Arc clones) under the board's read lock; filtering
-        // and coalescing run after it is released.
-        let (history, revision) = {
-            let board = self.board();
-            let oldest = board
-                .history
-                .front()
-                .map_or(board.revision + 1, |c| c.revision);
-            // Older than the history, or from another replica or run (revisions start at a
-            // per-process epoch): RESET.
-            if (since + 1 < oldest && since < board.revision) || since > board.revision {
-                return None;
-            }
-            let start = board.history.partition_point(|c| c.revision <= since);
-            let history: Vec<Change> = board.history.range(start..).cloned().collect();
-            (history, board.revision)
-        };
-        let selector = filter.selector();
-        // uid -> (in the view at `since`, latest change, changes merged into it).
-        let mut latest: HashMap<&str, (bool, &Change, usize)> = HashMap::new();
-        let mut matching = 0usize;
-        for c in &history {
-            if !filter.matches_scope(&c.workload) {
-                continue;
-            }
-            let uid = c.workload.r#ref.as_ref().map_or("", |r| r.uid.as_str());
-            latest
-                .entry(uid)
-                .and_modify(|(_, last, n)| {
-                    *last = c;
-                    *n += 1;
-                })
-                .or_insert_with(|| {
-                    let before = c.kind != pb::EventType::Added && selector.matches(&c.previous);
-                    (before, c, 1)
-                });
-        }
-        let mut out: Vec<Change> = latest
-            .into_values()
-            .filter_map(|(before, c, n)| {
-                let after = c.kind != pb::EventType::Deleted && selector.matches(&c.labels);
-                if before || after {
-                    // Only changes this subscriber could see count as coalesced.
-                    matching += n;
-                }
-                let kind = match (before, after) {
-                    (false, false) => return None,
-                    (false, true) => pb::EventType::Added,
-                    (true, true) => pb::EventType::Modified,
-                    (true, false) => pb::EventType::Deleted,
-                };
-                Some(Change { kind, ..c.clone() })
-            })
-            .collect();
-        out.sort_by_key(|c| c.revision);
-        let coalesced = matching.saturating_sub(out.len());
-        Some((out, revision, coalesced))
+        self.board.changes_since_counted(since, filter)
     }
 }

@@ -61,7 +61,7 @@ impl Index {
                 })
                 .collect()
         };
-        let board = self.board();
+        let board = self.board.read();
         let mut out: Vec<UnownedGpuPod> = candidates
             .into_iter()
             .filter(|(uid, root, _)| {

@@ -1,9 +1,10 @@
-//! Series computed from the index at every scrape: index sizes, definition load errors,
-//! evaluation diagnostics, per-workload GPUs, pods and phase, the pod-to-workload join and
-//! the GPU-holding pods outside every workload.
+//! Series computed at every scrape from what the server serves ([`Observed`]: the live
+//! index, or an aggregator): index sizes, definition load errors, evaluation diagnostics,
+//! per-workload GPUs, pods and phase, the pod-to-workload join, the GPU-holding pods outside
+//! every workload and, for an aggregator, the state of each upstream.
 
-use crate::definition::LoadReport;
-use crate::index::{AttributedPod, Index};
+use crate::definition::{Catalog, LoadReport};
+use crate::index::{AttributedPod, Board, Index, Sizes, SourceProblem, UnownedGpuPod};
 use crate::proto::v1 as pb;
 use crate::resolve::diagnostics::code::UNATTRIBUTED_POD;
 use prometheus_client::collector::Collector;
@@ -13,9 +14,97 @@ use std::collections::BTreeMap;
 use std::fmt::Error;
 use std::sync::Arc;
 
+/// What the scrape-time series read: implemented by the live [`Index`] and by an
+/// aggregator.
+pub trait Observed: Send + Sync {
+    /// The published graphs and the revision.
+    fn board(&self) -> &Board;
+    /// The definitions in effect.
+    fn catalog(&self) -> Arc<Catalog>;
+    /// True once every source (or upstream) finished its first full sync.
+    fn synced(&self) -> bool;
+    /// Cached objects, pods and workloads.
+    fn sizes(&self) -> Sizes;
+    /// Whether per-workload series carry a `cluster` label.
+    fn cluster_label(&self) -> bool;
+    /// Every workload's summary in (namespace, kind, name) order, with every pod it counts:
+    /// those placed in a component, and those none claims (component "").
+    fn workload_pods(&self) -> Vec<(Arc<pb::Workload>, Vec<AttributedPod>)>;
+    /// Pods that hold GPUs but belong to no workload.
+    fn unowned_gpu_pods(&self) -> Vec<UnownedGpuPod>;
+    /// Every source's current problems (an aggregator: each stale upstream), by source name.
+    fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)>;
+    /// How often each (definition, path) that should find something began to find nothing
+    /// (none for an aggregator: its graphs are resolved upstream).
+    fn empty_paths(&self) -> Vec<((String, String), u64)> {
+        Vec::new()
+    }
+    /// The upstreams of an aggregator (none for a server of its own cluster).
+    fn upstreams(&self) -> Vec<UpstreamHealth> {
+        Vec::new()
+    }
+}
+
+/// The state of one upstream of an aggregator, as metrics show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamHealth {
+    /// The upstream's name (`--upstream NAME=URL`).
+    pub name: String,
+    /// True while its workloads are served as last seen (it is unreachable or resyncing).
+    pub stale: bool,
+    /// True once it completed a first full sync.
+    pub synced: bool,
+    /// Workloads the aggregator holds from it.
+    pub workloads: usize,
+}
+
+impl Observed for Index {
+    fn board(&self) -> &Board {
+        Index::board(self)
+    }
+
+    fn catalog(&self) -> Arc<Catalog> {
+        Index::catalog(self)
+    }
+
+    fn synced(&self) -> bool {
+        Index::synced(self)
+    }
+
+    fn sizes(&self) -> Sizes {
+        Index::sizes(self)
+    }
+
+    fn cluster_label(&self) -> bool {
+        Index::cluster_label(self)
+    }
+
+    fn workload_pods(&self) -> Vec<(Arc<pb::Workload>, Vec<AttributedPod>)> {
+        self.attributed_pods()
+            .into_iter()
+            .map(|(w, mut pods)| {
+                pods.extend(unattributed(self, &w));
+                (w, pods)
+            })
+            .collect()
+    }
+
+    fn unowned_gpu_pods(&self) -> Vec<UnownedGpuPod> {
+        Index::unowned_gpu_pods(self)
+    }
+
+    fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)> {
+        Index::source_problems(self)
+    }
+
+    fn empty_paths(&self) -> Vec<((String, String), u64)> {
+        Index::empty_paths(self).snapshot()
+    }
+}
+
 /// The scrape-time collector.
 pub(super) struct Inventory {
-    pub(super) index: Arc<Index>,
+    pub(super) source: Arc<dyn Observed>,
     pub(super) report: Arc<LoadReport>,
 }
 
@@ -43,7 +132,11 @@ fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
 
 /// Schema drift: findings per definition checked against a schema (a gauge), and how often a
 /// definition path began to find nothing in a workload's graph (a counter).
-fn drift(encoder: &mut DescriptorEncoder, index: &Index, report: &LoadReport) -> Result<(), Error> {
+fn drift(
+    encoder: &mut DescriptorEncoder,
+    source: &dyn Observed,
+    report: &LoadReport,
+) -> Result<(), Error> {
     let findings = report.drift();
     gauges(
         encoder,
@@ -53,7 +146,7 @@ fn drift(encoder: &mut DescriptorEncoder, index: &Index, report: &LoadReport) ->
             .iter()
             .map(|(d, lines)| ([("definition", d.as_str())], lines.len() as i64)),
     )?;
-    let empty = index.empty_paths().snapshot();
+    let empty = source.empty_paths();
     let mut metric = encoder.encode_descriptor(
         "kartograf_definition_path_empty",
         "Times a definition path that should find something (a pod spec, a gang key, a matching status mapping) began to find nothing in a workload's graph.",
@@ -116,7 +209,7 @@ fn unattributed(index: &Index, w: &pb::Workload) -> Vec<AttributedPod> {
 impl Collector for Inventory {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), Error> {
         let e = &mut encoder;
-        let sizes = self.index.sizes();
+        let sizes = self.source.sizes();
         let none: [(&str, &str); 0] = [];
         gauges(
             e,
@@ -140,18 +233,18 @@ impl Collector for Inventory {
             e,
             "kartograf_index_revision",
             "Server-wide change counter",
-            [(none, self.index.revision() as i64)],
+            [(none, self.source.board().revision() as i64)],
         )?;
         gauges(
             e,
             "kartograf_index_synced",
             "1 once every source finished its first full sync",
-            [(none, i64::from(self.index.synced()))],
+            [(none, i64::from(self.source.synced()))],
         )?;
 
         // Definition load errors, by the definition a file held (the file name when none of
         // its definitions loaded) and file.
-        let catalog = self.index.catalog();
+        let catalog = self.source.catalog();
         gauges(
             e,
             "kartograf_definitions_loaded",
@@ -175,7 +268,7 @@ impl Collector for Inventory {
                 .map(|((d, f), n)| ([("definition", d.as_str()), ("file", f.as_str())], *n)),
         )?;
 
-        let problems = self.index.source_problems();
+        let problems = self.source.source_problems();
         gauges(
             e,
             "kartograf_source_problems",
@@ -227,19 +320,11 @@ impl Collector for Inventory {
             }
         }
 
-        drift(e, &self.index, &self.report)?;
+        drift(e, self.source.as_ref(), &self.report)?;
 
         // Every pod of every workload: those placed in a component, then those none claims
         // (component ""), so that a join on the pod never loses a pod the workload counts.
-        let workloads: Vec<(Arc<pb::Workload>, Vec<AttributedPod>)> = self
-            .index
-            .attributed_pods()
-            .into_iter()
-            .map(|(w, mut pods)| {
-                pods.extend(unattributed(&self.index, &w));
-                (w, pods)
-            })
-            .collect();
+        let workloads: Vec<(Arc<pb::Workload>, Vec<AttributedPod>)> = self.source.workload_pods();
         let mut diagnostics: BTreeMap<(&str, &str), i64> = BTreeMap::new();
         for (w, _) in &workloads {
             for d in &w.diagnostics {
@@ -255,22 +340,26 @@ impl Collector for Inventory {
                 .map(|((c, s), n)| ([("code", *c), ("severity", *s)], *n)),
         )?;
 
-        let refs: Vec<pb::ObjectRef> = workloads
+        let refs: Vec<(pb::ObjectRef, &str)> = workloads
             .iter()
-            .map(|(w, _)| w.r#ref.clone().unwrap_or_default())
+            .map(|(w, _)| (w.r#ref.clone().unwrap_or_default(), w.cluster.as_str()))
             .collect();
-        // `api_version` keeps same-named kinds of different API groups apart.
-        let id = |r: &pb::ObjectRef| {
-            [
+        let cluster_label = self.source.cluster_label();
+        // `api_version` keeps same-named kinds of different API groups apart; `cluster`
+        // (an aggregator's, or a named server's) same-named workloads of different clusters.
+        let with = |(r, cluster): &(pb::ObjectRef, &str), k: &'static str, v: String| {
+            let mut labels: Vec<(&'static str, String)> = Vec::with_capacity(6);
+            if cluster_label {
+                labels.push(("cluster", (*cluster).to_owned()));
+            }
+            labels.extend([
                 ("namespace", r.namespace.clone()),
                 ("kind", r.kind.clone()),
                 ("name", r.name.clone()),
                 ("api_version", r.api_version.clone()),
-            ]
-        };
-        let with = |r: &pb::ObjectRef, k: &'static str, v: String| {
-            let [a, b, c, d] = id(r);
-            [a, b, c, d, (k, v)]
+                (k, v),
+            ]);
+            labels
         };
         gauges(
             e,
@@ -312,10 +401,16 @@ impl Collector for Inventory {
             e,
             "kartograf_pod_workload_info",
             "1 for every pod of a workload: joins (namespace, pod, uid) to its root workload and component (empty when no component claims the pod)",
-            workloads.iter().zip(&refs).flat_map(|((_, pods), r)| {
-                pods.iter().map(move |p| {
-                    (
-                        [
+            workloads
+                .iter()
+                .zip(&refs)
+                .flat_map(|((_, pods), (r, cluster))| {
+                    pods.iter().map(move |p| {
+                        let mut labels: Vec<(&str, &str)> = Vec::with_capacity(9);
+                        if cluster_label {
+                            labels.push(("cluster", cluster));
+                        }
+                        labels.extend([
                             ("namespace", p.namespace.as_str()),
                             ("pod", p.name.as_str()),
                             ("uid", p.uid.as_str()),
@@ -324,13 +419,12 @@ impl Collector for Inventory {
                             ("workload_uid", r.uid.as_str()),
                             ("workload_api_version", r.api_version.as_str()),
                             ("component", p.component.as_str()),
-                        ],
-                        1i64,
-                    )
-                })
-            }),
+                        ]);
+                        (labels, 1i64)
+                    })
+                }),
         )?;
-        let unowned = self.index.unowned_gpu_pods();
+        let unowned = self.source.unowned_gpu_pods();
         gauges(
             e,
             "kartograf_unowned_pod_gpus",
@@ -348,6 +442,33 @@ impl Collector for Inventory {
                 )
             }),
         )?;
+        let upstreams = self.source.upstreams();
+        if !upstreams.is_empty() {
+            gauges(
+                e,
+                "kartograf_upstream_stale",
+                "1 while an upstream's workloads are served as last seen (it is unreachable, or resyncing after a RESET), until they are dropped after --upstream-grace",
+                upstreams
+                    .iter()
+                    .map(|u| ([("cluster", u.name.as_str())], i64::from(u.stale))),
+            )?;
+            gauges(
+                e,
+                "kartograf_upstream_synced",
+                "1 once an upstream completed a first full sync",
+                upstreams
+                    .iter()
+                    .map(|u| ([("cluster", u.name.as_str())], i64::from(u.synced))),
+            )?;
+            gauges(
+                e,
+                "kartograf_upstream_workloads",
+                "Workloads the aggregator holds from an upstream",
+                upstreams
+                    .iter()
+                    .map(|u| ([("cluster", u.name.as_str())], u.workloads as i64)),
+            )?;
+        }
         Ok(())
     }
 }

@@ -2,15 +2,16 @@
 //! port's `/metrics`.
 //!
 //! Two kinds: event counters kept here (RPCs, Watch subscribers, informer events), and
-//! state computed from the [`Index`] at every scrape ([`inventory`]: index sizes, definition
-//! load errors, diagnostics, per-workload GPUs/pods/phase and the pod-to-workload join). The
-//! per-workload and per-pod series are never stored, so a deleted workload's series vanish
-//! with it.
+//! state computed at every scrape from what the server serves ([`Observed`]: the index, or an
+//! aggregator; [`inventory`]: index sizes, definition load errors, diagnostics, per-workload
+//! GPUs/pods/phase, the pod-to-workload join, upstreams). The per-workload and per-pod series
+//! are never stored, so a deleted workload's series vanish with it.
 
 mod inventory;
 
+pub use inventory::{Observed, UpstreamHealth};
+
 use crate::definition::LoadReport;
-use crate::index::Index;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -71,8 +72,9 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// Metrics over `index` (read at scrape time) and the definition load `report`.
-    pub fn new(index: Arc<Index>, report: Arc<LoadReport>) -> Arc<Metrics> {
+    /// Metrics over `source` (read at scrape time: the index, or an aggregator) and the
+    /// definition load `report`.
+    pub fn new(source: Arc<dyn Observed>, report: Arc<LoadReport>) -> Arc<Metrics> {
         let mut registry = Registry::default();
         let rpc_requests = Family::<RpcLabels, Counter>::default();
         registry.register(
@@ -116,7 +118,7 @@ impl Metrics {
             "Cluster watch errors, by kind",
             informer_errors.clone(),
         );
-        registry.register_collector(Box::new(inventory::Inventory { index, report }));
+        registry.register_collector(Box::new(inventory::Inventory { source, report }));
         Arc::new(Metrics {
             registry,
             rpc_requests,

@@ -218,6 +218,8 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
         unattributed_pods: unattributed,
         diagnostics: r.diags.into_vec(),
         created: meta.created.clone(),
+        // A server sets the root's labels (and its cluster); offline they stay empty.
+        labels: Default::default(),
     };
     Resolution {
         workload,

@@ -82,7 +82,7 @@ impl pb::definitions_server::Definitions for DefinitionsService {
         &self,
         _request: Request<pb::ListDefinitionsRequest>,
     ) -> Result<Response<pb::ListDefinitionsResponse>, Status> {
-        let catalog = self.shared.index.catalog();
+        let catalog = self.shared.store.catalog();
         let errors = self.shared.report.get();
         let mut definitions: Vec<pb::DefinitionInfo> = catalog
             .definitions()
@@ -139,9 +139,9 @@ impl pb::definitions_server::Definitions for DefinitionsService {
         &self,
         _request: Request<pb::ListSourcesRequest>,
     ) -> Result<Response<pb::ListSourcesResponse>, Status> {
-        let index = &self.shared.index;
-        let pending = index.pending_sources();
-        let mut sources: Vec<pb::SourceInfo> = index
+        let store = &self.shared.store;
+        let pending = store.pending();
+        let mut sources: Vec<pb::SourceInfo> = store
             .source_problems()
             .into_iter()
             .map(|(name, problems)| pb::SourceInfo {

@@ -1,5 +1,6 @@
 //! The gRPC services: `WorkloadResolver`, `Definitions`, `grpc.health.v1` and server
-//! reflection (v1 and v1alpha), over the [`Index`].
+//! reflection (v1 and v1alpha), over a [`Store`]: the live index of one cluster, or an
+//! aggregator of several.
 
 mod admission;
 pub mod auth;
@@ -9,7 +10,8 @@ mod observe;
 mod paging;
 mod resolver;
 mod routes;
-mod validate;
+mod store;
+pub mod validate;
 mod watch;
 mod wire;
 
@@ -18,9 +20,9 @@ pub use auth::Tokens;
 pub use definitions::{DefinitionsService, LoadReport};
 pub use resolver::ResolverService;
 pub use routes::ResolverRoutes;
+pub use store::Store;
 pub use wire::{Frame, ResolveFrame, WatchFrame};
 
-use crate::index::Index;
 use crate::metrics::Metrics;
 use crate::proto::v1 as pb;
 use std::net::SocketAddr;
@@ -32,8 +34,8 @@ use tokio::sync::watch as signal;
 /// Everything a running server shares.
 #[derive(Clone)]
 pub struct Shared {
-    /// The index.
-    pub index: Arc<Index>,
+    /// What is served: the index, or an aggregator.
+    pub store: Arc<dyn Store>,
     /// Definition load errors, for `ListDefinitions`.
     pub report: Arc<LoadReport>,
     /// Flips to `true` when the server is shutting down.
@@ -45,15 +47,16 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Shared state over `index` and `report`, with fresh metrics over both.
+    /// Shared state over `store` (an `Arc<Index>` will do) and `report`, with fresh metrics
+    /// over both.
     pub fn new(
-        index: Arc<Index>,
+        store: Arc<dyn Store>,
         report: Arc<LoadReport>,
         shutdown: signal::Receiver<bool>,
     ) -> Shared {
-        let metrics = Metrics::new(index.clone(), report.clone());
+        let metrics = Metrics::new(store.clone(), report.clone());
         Shared {
-            index,
+            store,
             report,
             shutdown,
             metrics,
@@ -203,12 +206,12 @@ pub async fn serve(
         .set_service_status(LIVENESS, tonic_health::ServingStatus::Serving)
         .await;
     let health_task = {
-        let index = shared.index.clone();
+        let store = shared.store.clone();
         let mut shutdown = shared.shutdown.clone();
         tokio::spawn(async move {
             let mut serving = false;
             loop {
-                let now = index.synced() && !*shutdown.borrow();
+                let now = store.synced() && !*shutdown.borrow();
                 if now != serving {
                     serving = now;
                     let status = if now {

@@ -1,7 +1,8 @@
 //! `List` page tokens. A token is opaque to clients; inside it holds a version byte, a
-//! fingerprint of the query that issued it (namespace, kinds, canonical label selector) and
-//! the position: the (namespace, kind, name, uid) of the last workload sent. The next page
-//! starts after that key, so a token
+//! fingerprint of the query that issued it (namespace, kinds, canonical label selector,
+//! cluster) and the position: the (namespace, kind, name, uid) of the last workload sent,
+//! and its cluster when it has one (tokens without it, issued before clusters, start after
+//! every workload of that key). The next page starts after that key, so a token
 //!
 //! - cannot overflow or point backwards (there is no offset arithmetic),
 //! - keeps its meaning while the index changes, across restarts and on other replicas:
@@ -30,8 +31,9 @@ const FINGERPRINT_BYTES: usize = 12;
 pub struct Fingerprint([u8; FINGERPRINT_BYTES]);
 
 /// The fingerprint of a filter: its namespace, its kinds (sorted, lower-cased, without
-/// duplicates) and its label selector in canonical form, so equivalent spellings of one
-/// query (`a=b` and ` a=b`, kinds in another order) share tokens.
+/// duplicates), its label selector in canonical form and its cluster (when set), so
+/// equivalent spellings of one query (`a=b` and ` a=b`, kinds in another order) share
+/// tokens.
 pub fn fingerprint(filter: &Filter, canonical_selector: &str) -> Fingerprint {
     let mut kinds: Vec<String> = filter.kinds.iter().map(|k| k.to_lowercase()).collect();
     kinds.sort();
@@ -46,17 +48,38 @@ pub fn fingerprint(filter: &Filter, canonical_selector: &str) -> Fingerprint {
         ctx.update(&(part.len() as u64).to_be_bytes());
         ctx.update(part.as_bytes());
     }
+    // Only when set, so tokens issued before clusters existed keep their fingerprint.
+    if !filter.cluster.is_empty() {
+        for part in ["\u{0}cluster", filter.cluster.as_str()] {
+            ctx.update(&(part.len() as u64).to_be_bytes());
+            ctx.update(part.as_bytes());
+        }
+    }
     let mut out = [0u8; FINGERPRINT_BYTES];
     out.copy_from_slice(&ctx.finish().as_ref()[..FINGERPRINT_BYTES]);
     Fingerprint(out)
 }
 
-/// The token for the page after `last`, or `None` when its key is too long for a token
-/// (only names longer than Kubernetes allows can be).
-pub fn encode(fingerprint: Fingerprint, last: &pb::ObjectRef) -> Option<String> {
+/// Where a page starts: after this workload key, and after this cluster among workloads of
+/// that key (`None`: after all of them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    /// Namespace, kind, name and uid of the last workload sent.
+    pub at: pb::ObjectRef,
+    /// Its cluster.
+    pub cluster: Option<String>,
+}
+
+/// The token for the page after `last` (of `cluster`), or `None` when its key is too long
+/// for a token (only names longer than Kubernetes allows can be).
+pub fn encode(fingerprint: Fingerprint, last: &pb::ObjectRef, cluster: &str) -> Option<String> {
     let mut bytes = vec![VERSION];
     bytes.extend_from_slice(&fingerprint.0);
-    for part in [&last.namespace, &last.kind, &last.name, &last.uid] {
+    let with_cluster = (!cluster.is_empty()).then_some(cluster);
+    for part in [last.namespace.as_str(), &last.kind, &last.name, &last.uid]
+        .into_iter()
+        .chain(with_cluster)
+    {
         let len = u16::try_from(part.len()).ok()?;
         bytes.extend_from_slice(&len.to_be_bytes());
         bytes.extend_from_slice(part.as_bytes());
@@ -66,7 +89,7 @@ pub fn encode(fingerprint: Fingerprint, last: &pb::ObjectRef) -> Option<String> 
 }
 
 /// The position in `token`, which must have been issued for a query with `fingerprint`.
-pub fn decode(token: &str, fingerprint: Fingerprint) -> Result<pb::ObjectRef, Status> {
+pub fn decode(token: &str, fingerprint: Fingerprint) -> Result<Position, Status> {
     let foreign = || {
         Status::invalid_argument(format!(
             "page_token {:?} is not one this server issued; send the next_page_token of the previous page unchanged, or no token for the first page",
@@ -87,11 +110,12 @@ pub fn decode(token: &str, fingerprint: Fingerprint) -> Result<pb::ObjectRef, St
     let (issued_for, mut rest) = rest.split_at(FINGERPRINT_BYTES);
     if issued_for != fingerprint.0 {
         return Err(Status::invalid_argument(
-            "page_token was issued for a different query: send the same namespace, kinds and label_selector as for the first page (view and page_size may change), or start again without a token",
+            "page_token was issued for a different query: send the same namespace, kinds, label_selector and cluster as for the first page (view and page_size may change), or start again without a token",
         ));
     }
-    let mut parts: Vec<String> = Vec::with_capacity(4);
-    for _ in 0..4 {
+    let mut parts: Vec<String> = Vec::with_capacity(5);
+    // Four parts, and the cluster when the last workload had one.
+    while parts.len() < 4 || (parts.len() == 4 && !rest.is_empty()) {
         let (len, tail) = rest.split_at_checked(2).ok_or_else(foreign)?;
         let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
         let (text, tail) = tail.split_at_checked(len).ok_or_else(foreign)?;
@@ -101,14 +125,22 @@ pub fn decode(token: &str, fingerprint: Fingerprint) -> Result<pb::ObjectRef, St
     if !rest.is_empty() {
         return Err(foreign());
     }
+    let cluster = parts.get(4).cloned();
+    if cluster.as_deref() == Some("") {
+        // This server never writes an empty cluster part.
+        return Err(foreign());
+    }
     let mut parts = parts.into_iter();
     let mut next = || parts.next().unwrap_or_default();
-    Ok(pb::ObjectRef {
-        namespace: next(),
-        kind: next(),
-        name: next(),
-        uid: next(),
-        api_version: String::new(),
+    Ok(Position {
+        at: pb::ObjectRef {
+            namespace: next(),
+            kind: next(),
+            name: next(),
+            uid: next(),
+            api_version: String::new(),
+        },
+        cluster,
     })
 }
 
@@ -147,6 +179,7 @@ mod tests {
             namespace: ns.into(),
             kinds: kinds.iter().map(|k| (*k).to_owned()).collect(),
             label_selector: String::new(),
+            cluster: String::new(),
         }
     }
 
@@ -163,17 +196,27 @@ mod tests {
     #[test]
     fn a_token_round_trips_for_its_own_query() {
         let fp = fingerprint(&filter("ml", &["JobSet", "job"]), "app=x");
-        let token = encode(fp, &at("train")).unwrap();
-        assert_eq!(decode(&token, fp).unwrap(), at("train"));
+        let token = encode(fp, &at("train"), "").unwrap();
+        let position = decode(&token, fp).unwrap();
+        assert_eq!(position.at, at("train"));
+        assert_eq!(position.cluster, None);
         // Equivalent spellings of the query share tokens.
         let same = fingerprint(&filter("ml", &["JOB", "jobset", "job"]), "app=x");
-        assert_eq!(decode(&token, same).unwrap(), at("train"));
+        assert_eq!(decode(&token, same).unwrap().at, at("train"));
+        // The last workload's cluster is part of the position.
+        let token = encode(fp, &at("train"), "eu").unwrap();
+        assert_eq!(decode(&token, fp).unwrap().cluster.as_deref(), Some("eu"));
+        // A cluster filter is part of the query.
+        let mut eu = filter("ml", &["JobSet", "job"]);
+        eu.cluster = "eu".into();
+        let e = decode(&token, fingerprint(&eu, "app=x")).unwrap_err();
+        assert!(e.message().contains("different query"), "{}", e.message());
     }
 
     #[test]
     fn a_token_from_another_query_is_refused() {
         let fp = fingerprint(&filter("ml", &[]), "");
-        let token = encode(fp, &at("train")).unwrap();
+        let token = encode(fp, &at("train"), "").unwrap();
         for other in [
             fingerprint(&filter("serving", &[]), ""),
             fingerprint(&filter("ml", &["Job"]), ""),
@@ -188,7 +231,7 @@ mod tests {
     #[test]
     fn forged_and_old_style_tokens_are_refused_with_a_bounded_message() {
         let fp = fingerprint(&filter("", &[]), "");
-        let good = encode(fp, &at("x")).unwrap();
+        let good = encode(fp, &at("x"), "").unwrap();
         let huge = "9".repeat(1 << 20);
         for bad in [
             "5",
@@ -209,7 +252,7 @@ mod tests {
     #[test]
     fn keys_too_long_for_a_token_give_none() {
         let fp = fingerprint(&filter("", &[]), "");
-        assert!(encode(fp, &at(&"n".repeat(253))).is_some());
-        assert!(encode(fp, &at(&"n".repeat(3000))).is_none());
+        assert!(encode(fp, &at(&"n".repeat(253)), "").is_some());
+        assert!(encode(fp, &at(&"n".repeat(3000)), "").is_none());
     }
 }

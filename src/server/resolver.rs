@@ -32,7 +32,7 @@ impl ResolverService {
     }
 
     fn ready(&self) -> Result<(), Status> {
-        if self.shared.index.synced() {
+        if self.shared.store.synced() {
             Ok(())
         } else {
             Err(Status::unavailable(
@@ -114,82 +114,34 @@ impl ResolverService {
     }
 
     async fn resolve_checked(&self, req: pb::ResolveRequest) -> Result<ResolveFrame, Status> {
-        let index = &self.shared.index;
+        let store = &self.shared.store;
         validate::view("view", req.view)?;
-        match req.target {
+        validate::cluster("cluster", &req.cluster)?;
+        let view = req.view;
+        match &req.target {
             None => Err(Status::invalid_argument(
                 "set one of target.workload, target.pod or target.inline",
             )),
             Some(pb::resolve_request::Target::Workload(r)) => {
-                validate::workload_ref(&r)?;
+                validate::workload_ref(r)?;
                 self.ready()?;
-                if let Some(w) = index.published(&r) {
-                    if !r.uid.is_empty() {
-                        let found = w.r#ref.clone().unwrap_or_default();
-                        validate::agrees("workload", &r, &found)?;
-                    }
-                    return Ok(ResolveFrame {
-                        workload: w.encoded(req.view),
-                        pod: None,
-                    });
-                }
-                let catalog = index.catalog();
-                if !r.kind.is_empty() {
-                    let known = catalog
-                        .definitions()
-                        .any(|d| d.root_kind.kind.eq_ignore_ascii_case(&r.kind));
-                    if !known {
-                        return Err(Status::failed_precondition(format!(
-                            "no definition covers kind `{}`; see ListDefinitions (add one with --definitions or a Karta object)",
-                            echo(&r.kind)
-                        )));
-                    }
-                }
-                let what = if r.uid.is_empty() {
-                    format!("{}/{}/{}", echo(&r.kind), echo(&r.namespace), echo(&r.name))
-                } else {
-                    format!("uid {}", echo(&r.uid))
-                };
-                Err(Status::not_found(format!(
-                    "no workload {what} is known (is it part of another workload, or not created yet?)"
-                )))
+                let w = store.workload(r, &req.cluster)?;
+                Ok(ResolveFrame {
+                    workload: w.encoded(view),
+                    pod: None,
+                })
             }
             Some(pb::resolve_request::Target::Pod(r)) => {
-                validate::pod_ref(&r)?;
+                validate::pod_ref(r)?;
                 self.ready()?;
-                if !r.uid.is_empty()
-                    && let Some(found) = index.object_ref(&r.uid)
-                {
-                    if found.kind != "Pod" || found.api_version != "v1" {
-                        return Err(Status::invalid_argument(format!(
-                            "pod.uid {:?} is a {} ({}/{}), not a pod; to resolve a workload by uid, set `workload` instead",
-                            echo(&r.uid),
-                            echo(&found.kind),
-                            echo(&found.namespace),
-                            echo(&found.name)
-                        )));
-                    }
-                    validate::agrees("pod", &r, &found)?;
-                }
-                let what = if r.uid.is_empty() {
-                    format!("{}/{}", echo(&r.namespace), echo(&r.name))
-                } else {
-                    format!("uid {}", echo(&r.uid))
-                };
-                match index.published_of_pod(&r) {
-                    Ok((w, placement)) => Ok(ResolveFrame {
-                        workload: w.encoded(req.view),
-                        pod: Some(placement),
-                    }),
-                    Err(true) => Err(Status::not_found(format!(
-                        "pod {what} belongs to no known workload"
-                    ))),
-                    Err(false) => Err(Status::not_found(format!("pod {what} is not known"))),
-                }
+                store.pod(r.clone(), req.cluster.clone(), view).await
             }
             Some(pb::resolve_request::Target::Inline(inline)) => {
-                let catalog = index.catalog();
-                let view = req.view;
+                if let Some(answer) = store.inline(&req).await {
+                    return answer;
+                }
+                let inline = inline.clone();
+                let catalog = store.catalog();
                 // Parsing and evaluating the caller's data runs on the evaluation threads.
                 let encoded = self
                     .shared
@@ -234,6 +186,7 @@ impl ResolverService {
                 req.namespace.clone(),
                 req.kinds.clone(),
                 req.label_selector.clone(),
+                req.cluster.clone(),
             )?;
             self.ready()?;
             Ok(super::watch::start(
@@ -249,7 +202,8 @@ impl ResolverService {
     /// Answers `List`: a page in (namespace, kind, name, uid) order after the token's position.
     fn list_page(&self, req: pb::ListRequest) -> Result<pb::ListResponse, Status> {
         validate::view("view", req.view)?;
-        let (filter, canonical) = validate::filter(req.namespace, req.kinds, req.label_selector)?;
+        let (filter, canonical) =
+            validate::filter(req.namespace, req.kinds, req.label_selector, req.cluster)?;
         let fingerprint = paging::fingerprint(&filter, &canonical);
         let after = if req.page_token.is_empty() {
             None
@@ -261,21 +215,26 @@ impl ResolverService {
             0 => DEFAULT_PAGE,
             n => n.min(MAX_PAGE),
         };
-        let index = &self.shared.index;
-        let (mut page, mut more, revision) = index.list_after(&filter, after.as_ref(), limit);
+        let board = self.shared.store.board();
+        let (mut page, mut more, revision) = board.list_after(
+            &filter,
+            after.as_ref().map(|p| (&p.at, p.cluster.as_deref())),
+            limit,
+        );
         let mut next_page_token = String::new();
         while more {
-            let last = page
+            let (last, cluster) = page
                 .last()
-                .and_then(|w| w.r#ref.clone())
+                .map(|w| (w.r#ref.clone().unwrap_or_default(), w.cluster.clone()))
                 .unwrap_or_default();
-            if let Some(token) = paging::encode(fingerprint, &last) {
+            if let Some(token) = paging::encode(fingerprint, &last, &cluster) {
                 next_page_token = token;
                 break;
             }
             // The last key is too long for a token (a name longer than Kubernetes allows):
             // the page goes on past it.
-            let (rest, rest_more, _) = index.list_after(&filter, Some(&last), limit);
+            let (rest, rest_more, _) =
+                board.list_after(&filter, Some((&last, Some(cluster.as_str()))), limit);
             page.extend(rest);
             more = rest_more;
         }
@@ -290,8 +249,13 @@ impl ResolverService {
     fn totals_rows(&self, req: pb::TotalsRequest) -> Result<pb::TotalsResponse, Status> {
         let key = validate::group_by(req.group_by)?;
         validate::namespace("namespace", &req.namespace)?;
+        validate::cluster("cluster", &req.cluster)?;
         self.ready()?;
-        let (rows, revision) = self.shared.index.totals(key, &req.namespace);
+        let (rows, revision) = self
+            .shared
+            .store
+            .board()
+            .totals(key, &req.namespace, &req.cluster);
         Ok(pb::TotalsResponse { rows, revision })
     }
 }

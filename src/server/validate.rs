@@ -58,10 +58,33 @@ pub fn group_by(value: i32) -> Result<TotalsKey, Status> {
         Ok(pb::GroupBy::Unspecified | pb::GroupBy::Namespace) => Ok(TotalsKey::Namespace),
         Ok(pb::GroupBy::Kind) => Ok(TotalsKey::Kind),
         Ok(pb::GroupBy::Workload) => Ok(TotalsKey::Workload),
+        Ok(pb::GroupBy::Cluster) => Ok(TotalsKey::Cluster),
         Err(_) => Err(invalid(format!(
-            "group_by is {value}, not a GroupBy this server knows; use GROUP_BY_UNSPECIFIED (0, by namespace), GROUP_BY_NAMESPACE (1), GROUP_BY_KIND (2) or GROUP_BY_WORKLOAD (3)"
+            "group_by is {value}, not a GroupBy this server knows; use GROUP_BY_UNSPECIFIED (0, by namespace), GROUP_BY_NAMESPACE (1), GROUP_BY_KIND (2), GROUP_BY_WORKLOAD (3) or GROUP_BY_CLUSTER (4)"
         ))),
     }
+}
+
+/// Longest cluster name.
+pub const MAX_CLUSTER_BYTES: usize = 253;
+
+/// True for a cluster name: 1 to 253 bytes without whitespace or control characters (a
+/// kubeconfig context name such as `arn:aws:eks:us-east-1:1:cluster/prod` is one).
+pub fn is_cluster_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_CLUSTER_BYTES
+        && !name.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// A `cluster` field: empty, or a cluster name.
+pub fn cluster(field: &str, value: &str) -> Result<(), Status> {
+    if value.is_empty() || is_cluster_name(value) {
+        return Ok(());
+    }
+    Err(invalid(format!(
+        "{field} {:?} is not a cluster name: 1 to {MAX_CLUSTER_BYTES} bytes without whitespace or control characters",
+        echo(value)
+    )))
 }
 
 /// A namespace: empty, or a DNS-1123 label.
@@ -217,8 +240,10 @@ pub fn filter(
     namespace_: String,
     kinds: Vec<String>,
     label_selector: String,
+    cluster_: String,
 ) -> Result<(Filter, String), Status> {
     namespace("namespace", &namespace_)?;
+    cluster("cluster", &cluster_)?;
     if kinds.len() > MAX_KINDS {
         return Err(invalid(format!(
             "kinds has {} entries; at most {MAX_KINDS} are accepted",
@@ -235,6 +260,7 @@ pub fn filter(
         namespace: namespace_,
         kinds,
         label_selector,
+        cluster: cluster_,
     };
     Ok((filter, canonical))
 }
@@ -319,7 +345,8 @@ mod tests {
         assert_eq!(group_by(0).unwrap(), TotalsKey::Namespace);
         assert_eq!(group_by(2).unwrap(), TotalsKey::Kind);
         assert_eq!(group_by(3).unwrap(), TotalsKey::Workload);
-        for v in [4, 99, -1] {
+        assert_eq!(group_by(4).unwrap(), TotalsKey::Cluster);
+        for v in [5, 99, -1] {
             let e = group_by(v).unwrap_err();
             assert!(
                 e.message().contains("group_by is") && e.message().contains("GROUP_BY_KIND"),
@@ -402,6 +429,7 @@ mod tests {
             "ml".into(),
             vec!["JobSet".into(), "batch/Job".into(), "jobsets".into()],
             " b=1, a".into(),
+            "arn:aws:eks:us-east-1:1:cluster/prod".into(),
         )
         .unwrap();
         assert_eq!(f.kinds.len(), 3);
@@ -415,12 +443,17 @@ mod tests {
             ("", vec!["Job".to_owned(); MAX_KINDS + 1], ""),
             ("", vec![], "a=b=c"),
         ] {
-            let e = filter(ns.into(), kinds, sel.into()).unwrap_err();
+            let e = filter(ns.into(), kinds, sel.into(), String::new()).unwrap_err();
             assert_eq!(e.code(), Code::InvalidArgument);
+        }
+        for bad in ["a b", "tab\there", "\u{7}", &"c".repeat(254)] {
+            let e = filter(String::new(), vec![], String::new(), bad.into()).unwrap_err();
+            assert!(e.message().starts_with("cluster "), "{}", e.message());
         }
         let e = filter(
             String::new(),
             vec!["jobset.jobset.x-k8s.io".into()],
+            String::new(),
             String::new(),
         )
         .unwrap_err();

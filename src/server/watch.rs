@@ -3,7 +3,8 @@
 //! index from its cursor; a new revision only wakes it. While it is slow (not polled: HTTP/2
 //! flow control is full), changes pile up only in the shared, bounded history and reach it
 //! coalesced to the latest graph per workload. A subscriber that falls out of the history
-//! gets RESET and a fresh snapshot. Nobody waits for a slow subscriber. Events carry each
+//! gets RESET and a fresh snapshot. A resumed subscriber gets SYNCED after its catch-up, as
+//! a new one after its snapshot, so that either knows when it is current. Nobody waits for a slow subscriber. Events carry each
 //! graph version's shared encoding: a change is encoded once per view, whatever the number
 //! of subscribers.
 
@@ -30,9 +31,10 @@ pub fn start(shared: Shared, filter: Filter, since: u64, view_kind: i32) -> Fram
     Box::pin(Subscriber {
         _subscription: shared.metrics.watch_subscribed(),
         // Yields at once, so the first poll reads the changes since `since`.
-        revisions: Signal::new(shared.index.subscribe()),
+        revisions: Signal::new(shared.store.board().subscribe()),
         shutdown: Signal::from_changes(shared.shutdown.clone()),
         cursor: (since != 0).then_some(since),
+        resuming: since != 0,
         pending: VecDeque::new(),
         done: false,
         shared,
@@ -49,6 +51,8 @@ struct Subscriber {
     /// The revision the subscriber is (or, once `pending` is sent, will be) current to;
     /// `None` until the snapshot is taken.
     cursor: Option<u64>,
+    /// True until the catch-up of a resumed subscriber is queued (SYNCED follows it).
+    resuming: bool,
     /// Frames read from the index, not yet handed to the transport.
     pending: VecDeque<WatchFrame>,
     /// Wakes the stream on each new index revision.
@@ -62,7 +66,8 @@ struct Subscriber {
 impl Subscriber {
     /// Queues the full snapshot then SYNCED; returns the revision it is current to.
     fn snapshot(&mut self) -> u64 {
-        let (all, revision) = self.shared.index.snapshot(&self.filter);
+        self.resuming = false;
+        let (all, revision) = self.shared.store.board().snapshot(&self.filter);
         self.pending.extend(all.iter().map(|w| WatchFrame {
             kind: pb::EventType::Added as i32,
             revision: w.revision,
@@ -78,7 +83,8 @@ impl Subscriber {
     fn catch_up(&mut self, cursor: u64) -> u64 {
         match self
             .shared
-            .index
+            .store
+            .board()
             .changes_since_counted(cursor, &self.filter)
         {
             None => {
@@ -93,6 +99,10 @@ impl Subscriber {
                     revision: c.revision,
                     workload: Some(c.workload.encoded(self.view_kind)),
                 }));
+                if std::mem::take(&mut self.resuming) {
+                    self.pending
+                        .push_back(WatchFrame::bare(pb::EventType::Synced, revision));
+                }
                 revision
             }
         }

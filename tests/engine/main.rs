@@ -7,6 +7,7 @@ mod cli;
 mod common;
 mod definitions;
 mod deploy;
+mod deploy_shapes;
 mod drift;
 mod fuzz;
 mod gangs;

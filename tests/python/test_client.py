@@ -101,13 +101,22 @@ def free_port() -> int:
 
 
 class Server:
-    """One `kartograf serve` subprocess over its own copy of the demo cluster."""
+    """One `kartograf serve` subprocess over its own copy of the demo cluster; or, with an
+    `upstream`, an aggregator (`serve --upstream`) in front of that server, which the tests
+    then talk to as to any kartograf (the manifests are the upstream's)."""
 
-    def __init__(self, api: Api, workdir: Path):
+    def __init__(self, api: Api, workdir: Path, upstream: "Server | None" = None):
         self.api = api
-        self.manifests = workdir / "cluster"
-        shutil.copytree(CLUSTER, self.manifests)
-        self.log_path = workdir / "server.log"
+        self.upstream = upstream
+        if upstream is None:
+            self.manifests = workdir / "cluster"
+            shutil.copytree(CLUSTER, self.manifests)
+            source = ["--manifests", str(self.manifests)]
+            self.log_path = workdir / "server.log"
+        else:
+            self.manifests = upstream.manifests
+            source = ["--upstream", f"demo=http://{upstream.address}"]
+            self.log_path = workdir / "aggregator.log"
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.admin_address = f"127.0.0.1:{free_port()}"
@@ -122,8 +131,7 @@ class Server:
             [
                 str(exe),
                 "serve",
-                "--manifests",
-                str(self.manifests),
+                *source,
                 "--listen",
                 self.address,
                 "--admin-listen",
@@ -149,7 +157,10 @@ class Server:
 
     def log(self) -> str:
         self._log.flush()
-        return self.log_path.read_text(errors="replace")
+        text = self.log_path.read_text(errors="replace")
+        if self.upstream is not None:
+            text += "\n--- upstream:\n" + self.upstream.log()
+        return text
 
     def wait_serving(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT
@@ -178,32 +189,46 @@ class Server:
                 self.proc.kill()
                 self.proc.wait(timeout=STOP_TIMEOUT)
         self._log.close()
-        return self.proc.returncode
+        code = self.proc.returncode
+        if self.upstream is not None:
+            self.upstream.stop()
+        return code
 
 
-def start_server(api: Api, workdir: Path) -> Server:
+def start_server(api: Api, workdir: Path, through_aggregator: bool = False) -> Server:
+    """A server over a copy of the demo cluster; with `through_aggregator`, an aggregator in
+    front of it (the CLI and API must behave the same through one)."""
     server = Server(api, workdir)
     try:
         server.wait_serving()
+        if through_aggregator:
+            server = Server(api, workdir, upstream=server)
+            server.wait_serving()
     except BaseException:
         server.stop()
         raise
     return server
 
 
-@pytest.fixture(scope="session")
-def server(api, tmp_path_factory):
+# Every API test runs against a server and against an aggregator in front of one.
+SHAPES = ["server", "aggregator"]
+
+
+@pytest.fixture(scope="session", params=SHAPES)
+def server(request, api, tmp_path_factory):
     """A server shared by the read-only tests: nothing may edit its manifests."""
-    s = start_server(api, tmp_path_factory.mktemp("shared-server"))
+    s = start_server(
+        api, tmp_path_factory.mktemp(f"shared-{request.param}"), request.param == "aggregator"
+    )
     yield s
     code = s.stop()
     assert code == 0, f"kartograf exited with {code} on SIGTERM:\n{s.log()}"
 
 
-@pytest.fixture
-def own_server(api, tmp_path):
+@pytest.fixture(params=SHAPES)
+def own_server(request, api, tmp_path):
     """A server of the test's own, over manifests the test may edit."""
-    s = start_server(api, tmp_path)
+    s = start_server(api, tmp_path, request.param == "aggregator")
     yield s
     s.stop()
 

@@ -101,6 +101,7 @@ async fn every_bomb_through_validate_and_hot_reload_leaves_the_server_up_and_bou
             .resolve(pb::ResolveRequest {
                 target: Some(pb::resolve_request::Target::Workload(bomb_ref())),
                 view: 0,
+                cluster: String::new(),
             })
             .await;
         if r.is_ok() {
@@ -158,6 +159,7 @@ async fn every_bomb_through_validate_and_hot_reload_leaves_the_server_up_and_bou
                 .resolve(pb::ResolveRequest {
                     target: Some(pb::resolve_request::Target::Workload(bomb_ref())),
                     view: 0,
+                    cluster: String::new(),
                 })
                 .await
                 .ok()
@@ -222,6 +224,7 @@ async fn health_livez_and_resolve_answer_while_hostile_evaluations_run() {
         .resolve(pb::ResolveRequest {
             target: Some(pb::resolve_request::Target::Workload(wanted.clone())),
             view: 0,
+            cluster: String::new(),
         })
         .await
         .is_err()
@@ -289,6 +292,7 @@ async fn health_livez_and_resolve_answer_while_hostile_evaluations_run() {
             resolver.resolve(pb::ResolveRequest {
                 target: Some(pb::resolve_request::Target::Workload(wanted.clone())),
                 view: 0,
+                cluster: String::new(),
             }),
         )
         .await;

@@ -73,6 +73,7 @@ fn known_workload() -> pb::ResolveRequest {
             ..Default::default()
         })),
         view: 0,
+        cluster: String::new(),
     }
 }
 
@@ -90,6 +91,7 @@ fn inline_of_size(bytes: usize) -> pb::ResolveRequest {
             pods_json: vec![],
         })),
         view: 0,
+        cluster: String::new(),
     }
 }
 
@@ -125,14 +127,14 @@ fn temp_dir(tag: &str) -> PathBuf {
 }
 
 /// A CA, a server certificate for 127.0.0.1/localhost and a client certificate, as PEM files.
-struct Pki {
-    dir: PathBuf,
+pub(crate) struct Pki {
+    pub(crate) dir: PathBuf,
     ca: String,
-    client_cert: String,
-    client_key: String,
+    pub(crate) client_cert: String,
+    pub(crate) client_key: String,
 }
 
-fn pki() -> Pki {
+pub(crate) fn pki() -> Pki {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
     let dir = temp_dir("pki");
     let ca_key = KeyPair::generate().unwrap();
@@ -162,7 +164,7 @@ fn pki() -> Pki {
 }
 
 impl Pki {
-    fn server(&self, mutual: bool) -> TlsFiles {
+    pub(crate) fn server(&self, mutual: bool) -> TlsFiles {
         TlsFiles {
             cert: self.dir.join("server.pem"),
             key: self.dir.join("server.key"),

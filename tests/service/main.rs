@@ -1,6 +1,7 @@
 //! Service tests: the real gRPC server over loopback with the generated client, fed by a
 //! watched manifest directory and a hot-reloaded definitions directory.
 
+mod aggregator;
 mod budget;
 mod drift;
 mod fake_apiserver;
@@ -121,6 +122,7 @@ fn by_name(kind: &str, ns: &str, name: &str) -> pb::ResolveRequest {
             ..Default::default()
         })),
         view: 0,
+        cluster: String::new(),
     }
 }
 
@@ -174,6 +176,7 @@ async fn resolve_by_workload_pod_and_inline_with_error_codes() {
             ..Default::default()
         })),
         view: pb::View::Summary as i32,
+        cluster: String::new(),
     };
     let r = h.client.resolve(pod).await.unwrap().into_inner();
     let placement = r.pod.unwrap();
@@ -195,6 +198,7 @@ async fn resolve_by_workload_pod_and_inline_with_error_codes() {
             pods_json: vec![],
         })),
         view: 0,
+        cluster: String::new(),
     };
     let w = h
         .client
@@ -222,6 +226,7 @@ async fn resolve_by_workload_pod_and_inline_with_error_codes() {
             pods_json: vec![],
         })),
         view: 0,
+        cluster: String::new(),
     };
     assert_eq!(code(h.client.resolve(bad).await), Code::InvalidArgument);
     assert_eq!(
@@ -322,6 +327,7 @@ async fn list_pages_filters_and_totals() {
         .totals(pb::TotalsRequest {
             group_by: pb::GroupBy::Namespace as i32,
             namespace: String::new(),
+            cluster: String::new(),
         })
         .await
         .unwrap()
@@ -342,6 +348,7 @@ async fn list_pages_filters_and_totals() {
         .totals(pb::TotalsRequest {
             group_by: pb::GroupBy::Kind as i32,
             namespace: "ml".into(),
+            cluster: String::new(),
         })
         .await
         .unwrap()

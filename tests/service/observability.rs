@@ -293,6 +293,7 @@ async fn admin_port_serves_health_and_metrics_that_agree_with_resolve() {
                 ..Default::default()
             })),
             view: pb::View::Summary as i32,
+            cluster: String::new(),
         };
         let answer = c.resolve(by_pod).await.expect("resolve pod").into_inner();
         let owner = answer.workload.and_then(|w| w.r#ref).expect("owner");

@@ -137,6 +137,7 @@ fn workload(edit: impl FnOnce(&mut pb::ObjectRef)) -> Call {
     Call::Resolve(pb::ResolveRequest {
         target: Some(pb::resolve_request::Target::Workload(r)),
         view: 0,
+        cluster: String::new(),
     })
 }
 
@@ -150,6 +151,7 @@ fn pod(edit: impl FnOnce(&mut pb::ObjectRef)) -> Call {
     Call::Resolve(pb::ResolveRequest {
         target: Some(pb::resolve_request::Target::Pod(r)),
         view: 0,
+        cluster: String::new(),
     })
 }
 
@@ -178,6 +180,7 @@ fn inline(object_json: String, pods_json: Vec<String>) -> Call {
             pods_json,
         })),
         view: 0,
+        cluster: String::new(),
     })
 }
 
@@ -193,10 +196,30 @@ fn watch(edit: impl FnOnce(&mut pb::WatchRequest)) -> Call {
     Call::Watch(r)
 }
 
+/// A Resolve call of `call` (a workload or pod target) for `cluster`.
+fn in_cluster(call: Call, cluster: &str) -> Call {
+    match call {
+        Call::Resolve(mut r) => {
+            r.cluster = cluster.into();
+            Call::Resolve(r)
+        }
+        other => other,
+    }
+}
+
+fn totals_in(cluster: &str) -> Call {
+    Call::Totals(pb::TotalsRequest {
+        group_by: 0,
+        namespace: String::new(),
+        cluster: cluster.into(),
+    })
+}
+
 fn totals(group_by: i32, namespace: &str) -> Call {
     Call::Totals(pb::TotalsRequest {
         group_by,
         namespace: namespace.into(),
+        cluster: String::new(),
     })
 }
 
@@ -284,6 +307,7 @@ async fn every_request_field_is_answered_strictly() {
             Call::Resolve(pb::ResolveRequest {
                 view: 2,
                 target: Some(pb::resolve_request::Target::Workload(web())),
+                cluster: String::new(),
             }),
             Ok,
             "",
@@ -293,6 +317,7 @@ async fn every_request_field_is_answered_strictly() {
             Call::Resolve(pb::ResolveRequest {
                 view: 3,
                 target: Some(pb::resolve_request::Target::Workload(web())),
+                cluster: String::new(),
             }),
             InvalidArgument,
             "view",
@@ -302,6 +327,7 @@ async fn every_request_field_is_answered_strictly() {
             Call::Resolve(pb::ResolveRequest {
                 view: 99,
                 target: Some(pb::resolve_request::Target::Workload(web())),
+                cluster: String::new(),
             }),
             InvalidArgument,
             "VIEW_SUMMARY",
@@ -311,6 +337,7 @@ async fn every_request_field_is_answered_strictly() {
             Call::Resolve(pb::ResolveRequest {
                 view: -1,
                 target: Some(pb::resolve_request::Target::Workload(web())),
+                cluster: String::new(),
             }),
             InvalidArgument,
             "view",
@@ -657,8 +684,57 @@ async fn every_request_field_is_answered_strictly() {
             InvalidArgument,
             "pods_json[0]",
         ),
+        // ResolveRequest.cluster: this server's graphs name no cluster.
+        case(
+            "resolve: another cluster",
+            in_cluster(workload(|_| ()), "other"),
+            NotFound,
+            "cluster",
+        ),
+        case(
+            "resolve: pod of another cluster",
+            in_cluster(pod(|_| ()), "other"),
+            NotFound,
+            "cluster",
+        ),
+        case(
+            "resolve: cluster with a space",
+            in_cluster(workload(|_| ()), "a b"),
+            InvalidArgument,
+            "cluster",
+        ),
+        case(
+            "resolve: cluster 254 bytes",
+            in_cluster(workload(|_| ()), &"c".repeat(254)),
+            InvalidArgument,
+            "cluster",
+        ),
+        case(
+            "resolve: cluster 1 MiB",
+            in_cluster(workload(|_| ()), &huge),
+            InvalidArgument,
+            "cluster",
+        ),
         // ListRequest.
         case("list: everything", list(|_| ()), Ok, ""),
+        case(
+            "list: a cluster it does not serve (nothing)",
+            list(|r| r.cluster = "arn:aws:eks:us-east-1:1:cluster/prod".into()),
+            Ok,
+            "",
+        ),
+        case(
+            "list: cluster with a control character",
+            list(|r| r.cluster = "a\u{7}".into()),
+            InvalidArgument,
+            "cluster",
+        ),
+        case(
+            "list: cluster 1 MiB",
+            list(|r| r.cluster = huge.clone()),
+            InvalidArgument,
+            "cluster",
+        ),
         case(
             "list: namespace 63",
             list(|r| r.namespace = ns_63.clone()),
@@ -864,14 +940,29 @@ async fn every_request_field_is_answered_strictly() {
             InvalidArgument,
             "view",
         ),
+        case("watch: cluster", watch(|r| r.cluster = "eu".into()), Ok, ""),
+        case(
+            "watch: cluster with a newline",
+            watch(|r| r.cluster = "e\nu".into()),
+            InvalidArgument,
+            "cluster",
+        ),
         // TotalsRequest.
         case("totals: unspecified", totals(0, ""), Ok, ""),
         case("totals: by workload", totals(3, "ml"), Ok, ""),
+        case("totals: by cluster", totals(4, ""), Ok, ""),
         case(
-            "totals: group_by 4 (was namespace)",
-            totals(4, ""),
+            "totals: group_by 5",
+            totals(5, ""),
             InvalidArgument,
             "group_by",
+        ),
+        case("totals: cluster", totals_in("eu"), Ok, ""),
+        case(
+            "totals: cluster 254 bytes",
+            totals_in(&"c".repeat(254)),
+            InvalidArgument,
+            "cluster",
         ),
         case(
             "totals: group_by 99",

@@ -1,0 +1,264 @@
+//! Which upstreams an aggregator follows: `--upstream NAME=URL` flags and an `--upstreams`
+//! file (YAML or JSON), re-read when its content changes.
+//!
+//! ```yaml
+//! upstreams:
+//!   - name: eu-west-1                       # the cluster's name (metrics, filters, errors)
+//!     url: https://kartograf.eu-west-1.example.com:50051
+//!     caFile: /etc/kartograf/upstreams/ca.crt      # CA of the upstream's certificate
+//!     certFile: /etc/kartograf/upstreams/tls.crt   # client certificate (mTLS), with keyFile
+//!     keyFile: /etc/kartograf/upstreams/tls.key
+//!     tokenFile: /etc/kartograf/upstreams/eu-west-1.token   # bearer token, read at each connect
+//!     serverName: kartograf.eu-west-1.example.com  # name to verify (default: the URL's host)
+//! ```
+
+use crate::server::validate::{MAX_CLUSTER_BYTES, is_cluster_name};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// How to reach one upstream kartograf.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Its name: the cluster its graphs belong to when they name none, the `cluster` label
+    /// of its metrics, and what errors call it.
+    pub name: String,
+    /// `http://host:port` or `https://host:port`.
+    pub url: String,
+    /// PEM CA bundle that signed the upstream's certificate (needed for `https`).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS (with `key_file`).
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// A file holding the bearer token to send (re-read at every connect, so a rotated
+    /// token is used from the next reconnect on).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// The name the upstream's certificate must carry (default: the URL's host).
+    #[serde(default)]
+    pub server_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    upstreams: Vec<UpstreamConfig>,
+}
+
+impl UpstreamConfig {
+    /// An upstream without TLS or token settings.
+    pub fn new(name: &str, url: &str) -> UpstreamConfig {
+        UpstreamConfig {
+            name: name.to_owned(),
+            url: url.to_owned(),
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            token_file: None,
+            server_name: None,
+        }
+    }
+
+    /// Checks every field; the error names the upstream and the field.
+    pub fn check(&self) -> Result<(), String> {
+        if !is_cluster_name(&self.name) || self.name.contains('=') {
+            return Err(format!(
+                "upstream name {:?} is not a cluster name: 1 to {MAX_CLUSTER_BYTES} bytes without whitespace, control characters or '='",
+                crate::excerpt::echo(&self.name)
+            ));
+        }
+        let name = &self.name;
+        let uri: tonic::codegen::http::Uri = self
+            .url
+            .parse()
+            .map_err(|e| format!("upstream {name}: url {:?}: {e}", self.url))?;
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => {
+                return Err(format!(
+                    "upstream {name}: url {:?} must start with http:// or https://",
+                    self.url
+                ));
+            }
+        };
+        if uri.host().is_none_or(str::is_empty) {
+            return Err(format!("upstream {name}: url {:?} has no host", self.url));
+        }
+        if tls && self.ca_file.is_none() {
+            return Err(format!(
+                "upstream {name}: an https url needs caFile (the CA that signed the upstream's certificate)"
+            ));
+        }
+        if !tls
+            && (self.ca_file.is_some() || self.cert_file.is_some() || self.server_name.is_some())
+        {
+            return Err(format!(
+                "upstream {name}: caFile, certFile and serverName need an https url"
+            ));
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err(format!("upstream {name}: certFile and keyFile go together"));
+        }
+        Ok(())
+    }
+}
+
+/// Parses one `--upstream NAME=URL`.
+pub fn parse_flag(flag: &str) -> Result<UpstreamConfig, String> {
+    let (name, url) = flag
+        .split_once('=')
+        .ok_or_else(|| format!("--upstream {flag:?}: expected NAME=URL"))?;
+    let config = UpstreamConfig::new(name, url);
+    config.check()?;
+    Ok(config)
+}
+
+/// Parses an upstreams file (`origin` names it in errors).
+pub fn parse_file(text: &str, origin: &Path) -> Result<Vec<UpstreamConfig>, String> {
+    let at = origin.display();
+    let docs = crate::manifest::parse_documents(text).map_err(|e| format!("{at}: {e}"))?;
+    let doc = match docs.as_slice() {
+        [] => return Ok(Vec::new()),
+        [one] => one.clone(),
+        _ => return Err(format!("{at}: expected one document")),
+    };
+    let file: File = serde_json::from_value(doc).map_err(|e| format!("{at}: {e}"))?;
+    for u in &file.upstreams {
+        u.check().map_err(|e| format!("{at}: {e}"))?;
+    }
+    Ok(file.upstreams)
+}
+
+/// The flags' upstreams and the file's together; a name given twice is an error.
+pub fn merge(
+    flags: &[UpstreamConfig],
+    file: Vec<UpstreamConfig>,
+) -> Result<Vec<UpstreamConfig>, String> {
+    let mut all: Vec<UpstreamConfig> = flags.to_vec();
+    for u in file {
+        if all.iter().any(|a| a.name == u.name) {
+            return Err(format!("upstream {:?} is named twice", u.name));
+        }
+        all.push(u);
+    }
+    Ok(all)
+}
+
+/// An upstreams file as read: its bytes (what [`reload`] compares against) and its
+/// upstreams merged with the flags' ones.
+pub struct Loaded {
+    /// The file's content.
+    pub bytes: Vec<u8>,
+    /// The flags' upstreams and the file's.
+    pub upstreams: Vec<UpstreamConfig>,
+}
+
+/// Reads and parses an upstreams file, merged with the flags' upstreams.
+pub fn load(path: &Path, flags: &[UpstreamConfig]) -> Result<Loaded, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("--upstreams {}: {e}", path.display()))?;
+    let upstreams = parsed(&bytes, path, flags)?;
+    Ok(Loaded { bytes, upstreams })
+}
+
+fn parsed(
+    bytes: &[u8],
+    path: &Path,
+    flags: &[UpstreamConfig],
+) -> Result<Vec<UpstreamConfig>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8", path.display()))?;
+    merge(flags, parse_file(text, path)?)
+}
+
+/// Re-reads `path` every `every` and, when its content changed since `loaded` (what the
+/// aggregator follows now) and parses, makes the aggregator follow the flags' upstreams and
+/// the file's; a file that does not parse (or cannot be read) keeps the last good
+/// configuration, and says why in the log.
+pub async fn reload(
+    aggregator: std::sync::Arc<super::Aggregator>,
+    path: PathBuf,
+    flags: Vec<UpstreamConfig>,
+    loaded: Vec<u8>,
+    every: std::time::Duration,
+) {
+    let mut last = Some(loaded);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let now = tokio::fs::read(&path).await.ok();
+        if now == last {
+            continue;
+        }
+        last.clone_from(&now);
+        let Some(bytes) = now else {
+            tracing::warn!(file = %path.display(), "cannot read the upstreams file; keeping the upstreams in effect");
+            continue;
+        };
+        match parsed(&bytes, &path, &flags) {
+            Ok(all) => {
+                tracing::info!(file = %path.display(), upstreams = all.len(), "upstreams file reloaded");
+                aggregator.set_upstreams(all);
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "the upstreams file does not parse; keeping the upstreams in effect: {e}"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_name_equals_url() {
+        let u = parse_flag("eu-1=http://kartograf.eu:50051").unwrap();
+        assert_eq!(u, UpstreamConfig::new("eu-1", "http://kartograf.eu:50051"));
+        for bad in [
+            "eu-1",
+            "=http://a:1",
+            "eu 1=http://a:1",
+            "eu=ftp://a:1",
+            "eu=http://",
+            "eu=https://a:1",
+        ] {
+            assert!(parse_flag(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn files_list_upstreams_with_their_credentials() {
+        let text = "upstreams:\n  - name: eu\n    url: https://k.eu:50051\n    caFile: /ca.pem\n    tokenFile: /t\n  - name: us\n    url: http://k.us:50051\n";
+        let all = parse_file(text, Path::new("u.yaml")).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].ca_file.as_deref(), Some(Path::new("/ca.pem")));
+        assert_eq!(all[1].token_file, None);
+        let flags = [UpstreamConfig::new("eu", "http://x:1")];
+        let e = merge(&flags, all).unwrap_err();
+        assert!(e.contains("named twice"), "{e}");
+        for (bad, says) in [
+            (
+                "upstreams:\n  - name: eu\n    url: http://a:1\n    token: x\n",
+                "token",
+            ),
+            ("upstreams:\n  - name: eu\n    url: https://a:1\n", "caFile"),
+            (
+                "upstreams:\n  - name: eu\n    url: https://a:1\n    caFile: /c\n    certFile: /x\n",
+                "keyFile",
+            ),
+            ("upstreams: [1]\n", "u.yaml"),
+        ] {
+            let e = parse_file(bad, Path::new("u.yaml")).unwrap_err();
+            assert!(e.contains(says), "{e}");
+        }
+        assert!(parse_file("", Path::new("u.yaml")).unwrap().is_empty());
+    }
+}

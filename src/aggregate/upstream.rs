@@ -1,0 +1,413 @@
+//! One upstream: how to connect to it, and the task that follows its `Watch`.
+//!
+//! The task subscribes with the last revision it is current to (0 the first time, and after
+//! the upstream's workloads were dropped), applies ADDED/MODIFIED/DELETED as they come, and
+//! collects a snapshot (after RESET, or on a first subscription) until SYNCED, then
+//! reconciles it against what the aggregator holds: only differences are published. When
+//! the stream fails it marks the upstream stale and reconnects with backoff.
+
+use super::Aggregator;
+use super::config::UpstreamConfig;
+use super::wire::{self, WorkloadRef};
+use crate::index::Published;
+use crate::proto::v1 as pb;
+use futures::FutureExt;
+use prost::Message;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+/// Events applied under one publication at most (a burst is applied in batches).
+const BATCH: usize = 512;
+
+/// Reconnection delays: doubling from `initial` up to `max`, each shortened by up to 20 %
+/// at random so that many aggregators do not reconnect in step.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    /// First delay.
+    pub initial: Duration,
+    /// Longest delay.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(250),
+            max: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after `attempt` consecutive failures (0-based).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        use std::hash::{BuildHasher, Hasher};
+        let grown = self
+            .initial
+            .saturating_mul(1u32 << attempt.min(16))
+            .min(self.max);
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let cut = (random % 200) as f64 / 1000.0;
+        grown.mul_f64(1.0 - cut)
+    }
+}
+
+/// What the aggregator knows of one upstream besides its workloads.
+#[derive(Debug, Default)]
+pub(super) struct State {
+    /// Since when (and why) its workloads are served as last seen.
+    pub(super) stale: Option<Stale>,
+    /// Bumped at every transition to stale, so that an old expiry timer does nothing.
+    pub(super) epoch: u64,
+    /// Its workloads were dropped after the grace period: the next subscription starts
+    /// from a full snapshot.
+    pub(super) expired: bool,
+    /// It completed a first full sync.
+    pub(super) synced: bool,
+    /// Clusters its graphs named.
+    pub(super) clusters: BTreeSet<String>,
+}
+
+/// Why an upstream is stale.
+#[derive(Debug, Clone)]
+pub(super) struct Stale {
+    pub(super) since: Instant,
+    pub(super) at: SystemTime,
+    pub(super) reason: String,
+}
+
+/// One upstream of the aggregator.
+pub struct Upstream {
+    /// How to reach it.
+    pub config: UpstreamConfig,
+    /// Its workloads' keys on the board start with this.
+    pub(super) prefix: String,
+    pub(super) state: Mutex<State>,
+    /// The connection (for forwarded Resolve calls) and the token sent on it.
+    connection: Mutex<Option<(Channel, Option<MetadataValue<Ascii>>)>>,
+    /// The task that follows its Watch.
+    pub(super) task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Upstream {
+    pub(super) fn new(config: UpstreamConfig) -> Upstream {
+        Upstream {
+            prefix: format!("{}\u{0}", config.name),
+            config,
+            state: Mutex::default(),
+            connection: Mutex::default(),
+            task: Mutex::default(),
+        }
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        crate::index::relock(self.state.lock())
+    }
+
+    /// The board key of its workload `uid`.
+    pub(super) fn key(&self, uid: &str) -> String {
+        format!("{}{uid}", self.prefix)
+    }
+
+    /// True while it has a connection (it is followed, or being resynced).
+    pub fn connected(&self) -> bool {
+        self.connection().is_some()
+    }
+
+    /// True when it serves `cluster`: its name, or a cluster its graphs named.
+    pub fn serves(&self, cluster: &str) -> bool {
+        cluster == self.config.name || self.state().clusters.contains(cluster)
+    }
+
+    /// True when its graphs named more than one cluster (it is an aggregator itself).
+    pub(super) fn several_clusters(&self) -> bool {
+        self.state().clusters.len() > 1
+    }
+
+    /// The current connection, if it has one.
+    pub(super) fn connection(&self) -> Option<(Channel, Option<MetadataValue<Ascii>>)> {
+        crate::index::relock(self.connection.lock()).clone()
+    }
+
+    fn set_connection(&self, connection: Option<(Channel, Option<MetadataValue<Ascii>>)>) {
+        *crate::index::relock(self.connection.lock()) = connection;
+    }
+
+    /// Connects (TLS and token as configured).
+    async fn connect(
+        &self,
+        timeout: Duration,
+    ) -> Result<(Channel, Option<MetadataValue<Ascii>>), String> {
+        let c = &self.config;
+        let read = |what: &str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| format!("{what} {}: {e}", path.display()))
+        };
+        let mut endpoint = Endpoint::from_shared(c.url.clone())
+            .map_err(|e| format!("url {}: {e}", c.url))?
+            .connect_timeout(timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(10))
+            .keep_alive_while_idle(true);
+        if let Some(ca) = &c.ca_file {
+            let mut tls =
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read("caFile", ca)?));
+            if let (Some(cert), Some(key)) = (&c.cert_file, &c.key_file) {
+                tls = tls.identity(Identity::from_pem(
+                    read("certFile", cert)?,
+                    read("keyFile", key)?,
+                ));
+            }
+            if let Some(name) = &c.server_name {
+                tls = tls.domain_name(name.clone());
+            }
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| format!("TLS settings: {e}"))?;
+        }
+        let token = match &c.token_file {
+            Some(path) => {
+                let text = String::from_utf8(read("tokenFile", path)?)
+                    .map_err(|_| format!("tokenFile {} is not UTF-8", path.display()))?;
+                Some(
+                    format!("Bearer {}", text.trim())
+                        .parse::<MetadataValue<Ascii>>()
+                        .map_err(|_| {
+                            format!(
+                                "tokenFile {} holds characters not allowed in gRPC metadata",
+                                path.display()
+                            )
+                        })?,
+                )
+            }
+            None => None,
+        };
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| format!("cannot connect to {}: {}", c.url, error_chain(&e)))?;
+        Ok((channel, token))
+    }
+}
+
+/// An error with its sources, on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let part = s.to_string();
+        // Errors often repeat their source's text in their own.
+        if !text.ends_with(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        next = s.source();
+    }
+    text
+}
+
+/// One change an upstream sent, ready to apply.
+pub(super) enum Incoming {
+    /// A new graph for a workload (by uid).
+    Upsert(String, Published),
+    /// A workload (by uid) is gone.
+    Delete(String),
+}
+
+/// How a subscription ended.
+struct Ended {
+    reason: String,
+    /// It had reached SYNCED (the backoff starts over).
+    synced: bool,
+}
+
+/// Follows `upstream` until the task is aborted.
+pub(super) async fn run(aggregator: Arc<Aggregator>, upstream: Arc<Upstream>) {
+    let mut since = 0u64;
+    let mut attempt = 0u32;
+    loop {
+        if std::mem::take(&mut upstream.state().expired) {
+            since = 0;
+        }
+        let ended = follow(&aggregator, &upstream, &mut since).await;
+        upstream.set_connection(None);
+        if ended.synced {
+            attempt = 0;
+        }
+        // The first failure of a streak, then every tenth, so an upstream that stays down is
+        // still visible in the log without a line per attempt.
+        if attempt.is_multiple_of(10) {
+            tracing::warn!(upstream = %upstream.name(), reason = %ended.reason, attempt, "upstream lost; reconnecting");
+        } else {
+            tracing::debug!(upstream = %upstream.name(), reason = %ended.reason, attempt, "upstream lost; reconnecting");
+        }
+        aggregator.mark_stale(&upstream, &ended.reason);
+        tokio::time::sleep(aggregator.settings.backoff.delay(attempt)).await;
+        attempt = attempt.saturating_add(1);
+    }
+}
+
+/// A one-line description of a status from an upstream.
+fn describe(status: &tonic::Status) -> String {
+    format!(
+        "{}: {}",
+        crate::metrics::code_name(status.code()),
+        crate::excerpt::excerpt(status.message(), 512)
+    )
+}
+
+/// One subscription: connect, Watch from `since`, apply until the stream ends.
+async fn follow(aggregator: &Arc<Aggregator>, upstream: &Arc<Upstream>, since: &mut u64) -> Ended {
+    let lost = |reason: String, synced: bool| Ended { reason, synced };
+    let (channel, token) = match upstream.connect(aggregator.settings.connect_timeout).await {
+        Ok(c) => c,
+        Err(e) => return lost(e, false),
+    };
+    let request = pb::WatchRequest {
+        since_revision: *since,
+        view: pb::View::Full as i32,
+        ..Default::default()
+    };
+    let mut stream = match wire::watch(channel.clone(), token.as_ref(), request).await {
+        Ok(s) => s,
+        Err(status) => return lost(describe(&status), false),
+    };
+    upstream.set_connection(Some((channel, token)));
+    tracing::info!(upstream = %upstream.name(), since = *since, "following upstream");
+    // A snapshot being collected (a first subscription, or after RESET): uid -> graph.
+    let mut snapshot: Option<HashMap<String, Published>> = (*since == 0).then(HashMap::new);
+    let mut synced = false;
+    loop {
+        let first = match stream.message().await {
+            Ok(Some(event)) => event,
+            Ok(None) => return lost("the upstream ended the Watch stream".to_owned(), synced),
+            Err(status) => return lost(describe(&status), synced),
+        };
+        // What else has arrived already joins this batch.
+        let mut batch = vec![first];
+        let mut end = None;
+        while batch.len() < BATCH {
+            match stream.message().now_or_never() {
+                Some(Ok(Some(event))) => batch.push(event),
+                Some(Ok(None)) => {
+                    end = Some("the upstream ended the Watch stream".to_owned());
+                    break;
+                }
+                Some(Err(status)) => {
+                    end = Some(describe(&status));
+                    break;
+                }
+                None => break,
+            }
+        }
+        let mut live: Vec<Incoming> = Vec::new();
+        for event in batch {
+            let kind = pb::EventType::try_from(event.r#type).unwrap_or(pb::EventType::Unspecified);
+            match kind {
+                pb::EventType::Reset => {
+                    aggregator.apply(upstream, std::mem::take(&mut live));
+                    aggregator.mark_stale(upstream, "the upstream sent RESET: resyncing");
+                    snapshot = Some(HashMap::new());
+                }
+                pb::EventType::Added | pb::EventType::Modified => {
+                    let Some((uid, graph)) = received(upstream, event.workload) else {
+                        continue;
+                    };
+                    match snapshot.as_mut() {
+                        Some(s) => {
+                            s.insert(uid, graph);
+                        }
+                        None => {
+                            live.push(Incoming::Upsert(uid, graph));
+                            *since = event.revision;
+                        }
+                    }
+                }
+                pb::EventType::Deleted => {
+                    let Some(uid) = event
+                        .workload
+                        .and_then(|b| WorkloadRef::decode(b).ok())
+                        .and_then(|w| w.r#ref)
+                        .map(|r| r.uid)
+                    else {
+                        continue;
+                    };
+                    match snapshot.as_mut() {
+                        Some(s) => {
+                            s.remove(&uid);
+                        }
+                        None => {
+                            live.push(Incoming::Delete(uid));
+                            *since = event.revision;
+                        }
+                    }
+                }
+                pb::EventType::Synced => {
+                    aggregator.apply(upstream, std::mem::take(&mut live));
+                    match snapshot.take() {
+                        Some(s) => aggregator.reconcile(upstream, s),
+                        None => {
+                            if !aggregator.clear_stale(upstream) {
+                                return lost(
+                                    "its workloads were dropped while resuming; resubscribing from a snapshot".to_owned(),
+                                    false,
+                                );
+                            }
+                        }
+                    }
+                    *since = event.revision;
+                    synced = true;
+                    aggregator.mark_synced(upstream);
+                }
+                pb::EventType::Unspecified => {}
+            }
+        }
+        aggregator.apply(upstream, live);
+        if let Some(reason) = end {
+            return lost(reason, synced);
+        }
+    }
+}
+
+/// A received graph, decoded once for its summary; `None` (logged) when it does not decode.
+fn received(upstream: &Upstream, bytes: Option<bytes::Bytes>) -> Option<(String, Published)> {
+    let bytes = bytes?;
+    match Published::from_wire(bytes, upstream.name()) {
+        Ok(graph) => {
+            let uid = graph.r#ref.as_ref().map(|r| r.uid.clone())?;
+            Some((uid, graph))
+        }
+        Err(e) => {
+            tracing::warn!(upstream = %upstream.name(), error = %e, "skipped a graph that does not decode");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_its_cap() {
+        let b = Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+        };
+        let first = b.delay(0);
+        assert!(first <= Duration::from_millis(100) && first >= Duration::from_millis(80));
+        assert!(b.delay(3) >= Duration::from_millis(640));
+        assert!(b.delay(30) <= Duration::from_secs(1));
+        assert!(b.delay(u32::MAX) >= Duration::from_millis(800));
+    }
+}
