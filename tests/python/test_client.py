@@ -477,7 +477,11 @@ def test_reflection_v1alpha_lists_and_describes_services(server):
     watch = resolver.methods_by_name["Watch"]
     assert watch.output_type.full_name == "kartograf.v1.WatchEvent"
     definitions = pool.FindServiceByName("kartograf.v1.Definitions")
-    assert [m.name for m in definitions.methods] == ["ListDefinitions", "ValidateDefinition"]
+    assert [m.name for m in definitions.methods] == [
+        "ListDefinitions",
+        "ValidateDefinition",
+        "ListSources",
+    ]
     request = pool.FindMessageTypeByName("kartograf.v1.ResolveRequest")
     assert [f.name for f in request.oneofs_by_name["target"].fields] == [
         "workload",

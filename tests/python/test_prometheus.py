@@ -691,7 +691,10 @@ def test_stuck_initializing_alert_is_pending(stack):
         for w in list_full(stack)
         if w.status.phase == pb.PHASE_INITIALIZING and w.totals.current.gpus > 0
     }
-    assert want == {("team-a", "AppWrapper", "llama-ft-aw")}
+    assert want == {
+        ("team-a", "AppWrapper", "llama-ft-aw"),
+        ("dynamo", "DynamoGraphDeployment", "vllm-disagg"),
+    }
     got = stack.prom.query('ALERTS{alertname="KartografWorkloadStuckInitializing"}')
     assert {(l["namespace"], l["kind"], l["name"]) for l, _ in got} == want
     assert all(l["alertstate"] == "pending" for l, _ in got), "for: 15m keeps it pending"

@@ -208,31 +208,32 @@ pub fn to_text(val: &Val) -> String {
 }
 
 /// [`to_text`] of at most about `max` bytes: a longer text is cut (at a character boundary)
-/// and ends with `…`; a large value is never printed whole first.
+/// and ends with `…(N bytes)` giving its full length — `…(more than N bytes)` for an array
+/// or object, which is never printed whole just to be measured.
 pub fn to_text_bounded(val: &Val, max: usize) -> String {
-    let mut text = match val {
-        Val::TStr(b) | Val::BStr(b) => {
-            String::from_utf8_lossy(&b[..b.len().min(max + 4)]).into_owned()
+    let cut = |text: &mut String| {
+        let mut at = max.min(text.len());
+        while !text.is_char_boundary(at) {
+            at -= 1;
         }
-        Val::Num(_) | Val::Null | Val::Bool(_) => to_text(val),
-        other => match crate::expr::metered::json_text(other, max + 1) {
+        text.truncate(at);
+    };
+    match val {
+        Val::TStr(b) | Val::BStr(b) if b.len() > max => {
+            let mut text = String::from_utf8_lossy(&b[..max + 4]).into_owned();
+            cut(&mut text);
+            format!("{text}…({} bytes)", b.len())
+        }
+        Val::Arr(_) | Val::Obj(_) => match crate::expr::metered::json_text(val, max) {
             Some(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             None => {
-                let mut w = crate::expr::metered::json_prefix(other, max + 1);
-                w.push('…');
-                return w;
+                let mut text = crate::expr::metered::json_prefix(val, max + 4);
+                cut(&mut text);
+                format!("{text}…(more than {max} bytes)")
             }
         },
-    };
-    if text.len() > max {
-        let mut cut = max;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push('…');
+        _ => to_text(val),
     }
-    text
 }
 
 /// Looks up `key` in an object value.
@@ -329,11 +330,14 @@ mod tests {
         let big: Vec<serde_json::Value> = (0..100_000).map(|i| json!({"i": i})).collect();
         let val = from_json(&json!(big), Limits::default()).unwrap();
         let text = to_text_bounded(&val, 100);
-        assert!(text.len() <= 104 && text.ends_with('…'), "{text}");
+        assert!(
+            text.len() <= 140 && text.ends_with("…(more than 100 bytes)"),
+            "{text}"
+        );
         assert!(text.starts_with(r#"[{"i":0},{"i":1}"#), "{text}");
         let s = string(&"é".repeat(1000));
         let text = to_text_bounded(&s, 11);
-        assert!(text.starts_with("ééééé") && text.ends_with('…'), "{text}");
+        assert_eq!(text, "ééééé…(2000 bytes)");
         assert_eq!(to_text_bounded(&string("short"), 100), "short");
         assert_eq!(to_text_bounded(&Val::Num(Num::Int(7)), 100), "7");
     }
