@@ -6,7 +6,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use kartograf::definition::Catalog;
 use kartograf::expr::Limits;
-use kartograf::object::{Object, Pod};
+use kartograf::model::{Object, Pod};
 use kartograf::resolve::{self, Input};
 use serde_json::{Value, json};
 use std::hint::black_box;

@@ -23,7 +23,7 @@ mod fake_apiserver;
 use kartograf::definition::Catalog;
 use kartograf::expr::Limits;
 use kartograf::index::Index;
-use kartograf::object::{Object, Pod};
+use kartograf::model::{Object, Pod};
 use serde_json::Value as Json;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Arc;

@@ -2,15 +2,39 @@
 //! graphs — components, instances, pods, normalized status, GPU totals and gangs — driven by
 //! declarative Workload Map ("Karta", `run.ai/v1alpha1`) definitions.
 //!
+//! The live flow (`kartograf serve`):
+//!
 //! ```text
-//! manifest files / (later) Kubernetes watch ─▶ object / snapshot ─▶ ownership: root + its pods
-//! definitions (embedded catalog, --definitions DIR) ─▶ definition: validate + compile (expr)
-//! resolve(definition, root, pods) ─▶ proto::v1::Workload ─▶ CLI (json | yaml | tree)
+//! Kubernetes watches ─┐   source::kube (informer → Sink)        definitions: embedded <
+//! manifest directory ─┼─▶ source::manifests (changed files)      --definitions DIR < Karta
+//!                     │        │                                 objects ─▶ definition::layers
+//!                     │        ▼                                  ─▶ Catalog (arc-swap)
+//!                     │   index::Feed ── writer thread ──────────────────────┐
+//!                     │        │ convert (model::Cached, the one strip rule) │
+//!                     │        ▼                                             ▼
+//!                     │   index: objects ─ ownership ─▶ dirty roots ─▶ resolve(definition,
+//!                     │        root, pods) with metered jq (expr) ─▶ pb::Workload, encoded
+//!                     │        once ─▶ Board (graphs, revision, history)
+//!                     │                       │ read locks held for microseconds
+//!                     ▼                       ▼
+//! aggregate (upstream Watch streams) ─▶ Board ─▶ server (Store trait): Resolve, List, Watch,
+//!                                                Totals; admin: /metrics, /livez, /readyz
 //! ```
 //!
-//! Layers: [`definition`], [`expr`] and [`resolve`] are pure (no Kubernetes client, no async
-//! runtime, no gRPC server); [`snapshot`] resolves against a static set of objects; [`cli`]
-//! wires them to the command line.
+//! The offline flow (`kartograf resolve -f`): files ─▶ [`source::offline::Snapshot`] ─▶ the
+//! same [`index::Index`] (objects stored, nothing published) ─▶ resolution on demand ─▶ the
+//! same `pb::Workload`, printed as JSON, YAML or a tree.
+//!
+//! Layers, lowest first: [`expr`] (jq with budgets), [`definition`] (the Karta model,
+//! validation, the compiled plan, layering), [`model`] (cached objects, resources, memo,
+//! ownership), [`resolve`] (pure: definition + root + pods ─▶ graph), [`index`] (objects,
+//! resolution, the published board), [`source`] and [`aggregate`] (feeders), [`server`]
+//! (tonic, behind the [`server::Store`] trait), [`cli`] (wiring). `definition`, `expr`, `model`
+//! and `resolve` know nothing of kube, tonic or tokio; `index` knows no tonic; `server` knows no
+//! kube. The engine's product is the wire type ([`proto::v1::Workload`]) on purpose: a graph
+//! is encoded once when published and its bytes are shared by every Resolve answer and Watch
+//! subscriber (see `index::published`), so no layer converts between a domain graph and the
+//! wire.
 
 pub mod admin;
 pub mod aggregate;
@@ -22,22 +46,9 @@ pub mod expr;
 pub mod index;
 pub mod manifest;
 pub mod metrics;
-pub mod object;
+pub mod model;
+pub mod proto;
 pub mod resolve;
 pub mod server;
-pub mod snapshot;
 pub mod source;
 pub mod telemetry;
-
-/// Generated API types (`proto/kartograf/v1`), with proto3-JSON serde impls.
-pub mod proto {
-    /// `kartograf.v1`.
-    pub mod v1 {
-        #![allow(missing_docs, clippy::all)]
-        tonic::include_proto!("kartograf.v1");
-        include!(concat!(env!("OUT_DIR"), "/kartograf.v1.serde.rs"));
-        /// The encoded descriptor set, for server reflection.
-        pub const FILE_DESCRIPTOR_SET: &[u8] =
-            tonic::include_file_descriptor_set!("kartograf_descriptor");
-    }
-}

@@ -3,7 +3,7 @@
 use super::{DefinitionArgs, EXIT_NO_DEFINITION, EXIT_NOT_FOUND, Format, output, tree};
 use crate::expr::Limits;
 use crate::proto::v1 as pb;
-use crate::snapshot::{Snapshot, SnapshotError};
+use crate::source::offline::{Snapshot, SnapshotError};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;

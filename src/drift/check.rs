@@ -280,7 +280,7 @@ fn overlays<'a>(workload: &Subject<'a>, analysed: &[Analysed]) -> Vec<Overlay<'a
 
 /// Where `steps` leaves the pod projection (the depth of the first dropped step).
 fn leaves_projection(steps: &[Step]) -> Option<usize> {
-    let mut keep = &crate::object::POD_PROJECTION;
+    let mut keep = &crate::model::POD_PROJECTION;
     for (depth, step) in steps.iter().enumerate() {
         keep = match (keep, step) {
             (Keep::All, _) => return None,

@@ -117,7 +117,7 @@ fn sorted(mut all: Vec<Arc<WorkloadEntry>>) -> Vec<Arc<WorkloadEntry>> {
 }
 
 fn add_resources(into: &mut pb::Resources, r: &pb::Resources) {
-    use crate::resolve::resources::{format_quantity, parse_quantity};
+    use crate::model::resources::{format_quantity, parse_quantity};
     into.gpus += r.gpus;
     into.cpu_millis += r.cpu_millis;
     into.memory_bytes += r.memory_bytes;

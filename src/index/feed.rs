@@ -10,7 +10,7 @@
 
 use super::Index;
 use crate::definition::Catalog;
-use crate::object::Cached;
+use crate::model::Cached;
 use serde_json::Value as Json;
 use std::sync::{Arc, Weak};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};

@@ -27,9 +27,9 @@ pub use unowned::UnownedGpuPod;
 
 use crate::definition::Catalog;
 use crate::expr::Limits;
-use crate::object::{Cached, Object, ObjectMeta, Pod};
+use crate::model::ownership::{self, OwnerGraph, Root};
+use crate::model::{Cached, Object, ObjectMeta, Pod};
 use crate::proto::v1 as pb;
-use crate::resolve::ownership::{self, OwnerGraph, Root};
 use crate::resolve::{self, Prepared};
 use arc_swap::ArcSwap;
 use names::{Name, NameIndex};

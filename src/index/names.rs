@@ -6,8 +6,8 @@
 //! when it was inserted; a uid leaves the table before its metadata changes or it is removed.
 
 use super::Uid;
-use crate::object::ObjectMeta;
-use crate::resolve::ownership::OwnerGraph;
+use crate::model::ObjectMeta;
+use crate::model::ownership::OwnerGraph;
 use hashbrown::HashTable;
 use std::hash::{BuildHasher, Hasher, RandomState};
 

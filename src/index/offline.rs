@@ -3,8 +3,8 @@
 //! (also of an object another workload owns), and owner cycles.
 
 use super::{Gathered, Graph, Index, Uid};
-use crate::object::ObjectMeta;
-use crate::resolve::ownership::{self, Root};
+use crate::model::ObjectMeta;
+use crate::model::ownership::{self, Root};
 use crate::resolve::{self, Resolution};
 use std::time::Instant;
 
@@ -61,7 +61,7 @@ impl Index {
             .lookup(&root.meta.api_version, &root.meta.kind)
             .ok_or_else(|| OnDemand::NoDefinition(root.meta.gvk().to_string()))?;
         pods.sort_by(|(_, a), (_, b)| a.meta.name.cmp(&b.meta.name));
-        let refs: Vec<&crate::object::Pod> = pods.iter().map(|(_, p)| p.as_ref()).collect();
+        let refs: Vec<&crate::model::Pod> = pods.iter().map(|(_, p)| p.as_ref()).collect();
         let input = resolve::Input {
             definition: &lookup.definition,
             generation: lookup.definition.generation(),

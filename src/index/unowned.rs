@@ -5,8 +5,8 @@
 //! cost report would otherwise file under "unallocated".
 
 use super::{Graph, Index};
-use crate::object::Cached;
-use crate::resolve::ownership;
+use crate::model::Cached;
+use crate::model::ownership;
 
 /// A cached pod that holds GPUs and that no workload's resolution includes.
 #[derive(Debug, Clone, PartialEq)]

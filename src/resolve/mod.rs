@@ -9,9 +9,6 @@
 
 pub mod diagnostics;
 mod gang;
-mod memo;
-pub mod ownership;
-pub mod resources;
 mod status;
 mod tree;
 
@@ -19,17 +16,16 @@ use crate::definition::Definition;
 use crate::definition::plan::{Compiled, GangPlan};
 use crate::expr::EvalError;
 use crate::expr::value::to_text;
-use crate::object::{Object, Pod};
+use crate::model::resources::Amounts;
+use crate::model::{Object, Pod};
 use crate::proto::v1 as pb;
 use diagnostics::{Diagnostics, ERROR, INFO, WARNING, code};
 use jaq_json::Val;
-use resources::Amounts;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use memo::Answer;
-pub use memo::Memo;
+use crate::model::memo::Answer;
 
 /// What to resolve.
 #[derive(Clone, Copy)]
@@ -256,7 +252,7 @@ pub fn same_answers(
         return false;
     }
     let root = Object {
-        meta: crate::object::ObjectMeta::default(),
+        meta: crate::model::ObjectMeta::default(),
         packed: Default::default(),
         problem: None,
     };

@@ -9,11 +9,11 @@
 
 use super::diagnostics::VALUE_BYTES;
 use super::diagnostics::{INFO, WARNING, code};
-use super::resources::{self, Amounts};
 use super::{Answer, Asked, Resolver, Slot};
 use crate::definition::plan::{Compiled, PodSpecSource, TypeSelector};
 use crate::expr::value::{as_array, as_f64, as_str, get, get_path, to_text, to_text_bounded};
-use crate::object::Pod;
+use crate::model::Pod;
+use crate::model::resources::{self, Amounts};
 use crate::proto::v1 as pb;
 use jaq_json::Val;
 use std::collections::BTreeSet;

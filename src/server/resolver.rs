@@ -7,7 +7,7 @@ use super::watch::FrameStream;
 use super::wire::{Frame, ResolveFrame};
 use crate::excerpt::echo;
 use crate::expr::Limits;
-use crate::object::{Object, Pod};
+use crate::model::{Object, Pod};
 use crate::proto::v1 as pb;
 use crate::resolve;
 use bytes::Bytes;

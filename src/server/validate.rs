@@ -12,7 +12,7 @@
 use crate::excerpt::{STATUS_BYTES, echo, excerpt};
 use crate::index::selector::{self, is_dns1123_label_chars, is_dns1123_subdomain};
 use crate::index::{Filter, TotalsKey};
-use crate::object::ObjectMeta;
+use crate::model::ObjectMeta;
 use crate::proto::v1 as pb;
 use tonic::Status;
 

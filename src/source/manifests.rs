@@ -12,7 +12,7 @@ use super::files::{self, DirWatch, Tracker, Walk};
 use crate::expr::Limits;
 use crate::index::{Index, SourceProblem, Update};
 use crate::manifest;
-use crate::object::Cached;
+use crate::model::Cached;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

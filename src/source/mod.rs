@@ -9,3 +9,4 @@ pub mod definitions;
 pub mod files;
 pub mod kube;
 pub mod manifests;
+pub mod offline;

@@ -5,7 +5,7 @@ use kartograf::cli::tree::phase_name;
 use kartograf::definition::Catalog;
 use kartograf::expr::Limits;
 use kartograf::proto::v1 as pb;
-use kartograf::snapshot::Snapshot;
+use kartograf::source::offline::Snapshot;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

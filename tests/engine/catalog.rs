@@ -20,7 +20,7 @@
 use crate::common::*;
 use kartograf::expr::Limits;
 use kartograf::proto::v1 as pb;
-use kartograf::snapshot::Snapshot;
+use kartograf::source::offline::Snapshot;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@ use kartograf::definition::Catalog;
 use kartograf::expr::Limits;
 use kartograf::proto::v1 as pb;
 use kartograf::resolve::Resolution;
-use kartograf::snapshot::Snapshot;
+use kartograf::source::offline::Snapshot;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};

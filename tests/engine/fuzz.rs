@@ -8,7 +8,7 @@ use crate::common::*;
 use kartograf::definition::catalog::{compile_all, embedded_files};
 use kartograf::definition::load::parse_text;
 use kartograf::expr::{Expr, Limits, Val};
-use kartograf::snapshot::Snapshot;
+use kartograf::source::offline::Snapshot;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::{Value, json};

@@ -5,7 +5,7 @@ use crate::common::*;
 use kartograf::definition::catalog::{Catalog, load_path};
 use kartograf::expr::Limits;
 use kartograf::proto::v1 as pb;
-use kartograf::snapshot::Snapshot;
+use kartograf::source::offline::Snapshot;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 

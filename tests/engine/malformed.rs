@@ -4,7 +4,7 @@
 use crate::common::*;
 use kartograf::definition::Catalog;
 use kartograf::expr::Limits;
-use kartograf::snapshot::Snapshot;
+use kartograf::source::offline::Snapshot;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

@@ -5,7 +5,7 @@
 use crate::common::*;
 use kartograf::definition::catalog::{Catalog, load_embedded, load_path};
 use kartograf::expr::Limits;
-use kartograf::snapshot::Snapshot;
+use kartograf::source::offline::Snapshot;
 use serde_json::json;
 
 /// A test-only kind whose pods are keyed by a label the definition reads with `KEY`.

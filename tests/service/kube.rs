@@ -184,11 +184,11 @@ fn what_is_never_cached_is_left_out_at_conversion() {
     // One rule for every source: the pod projection, and for other objects the object rule
     // (managed fields, last-applied configuration, container environments of templates).
     let cached_text = |doc: &serde_json::Value| {
-        let c = kartograf::object::Cached::from_json(doc, kartograf::expr::Limits::default())
+        let c = kartograf::model::Cached::from_json(doc, kartograf::expr::Limits::default())
             .expect("converts");
         let val = match c {
-            kartograf::object::Cached::Pod(p) => p.value(),
-            kartograf::object::Cached::Object(o) => o.value(),
+            kartograf::model::Cached::Pod(p) => p.value(),
+            kartograf::model::Cached::Object(o) => o.value(),
         };
         kartograf::expr::value::to_json(&val).to_string()
     };

@@ -555,9 +555,11 @@ async fn definition_reload_keeps_the_last_good_and_applies_good_edits() {
 async fn the_server_agrees_with_offline_resolution_on_every_demo_workload() {
     let mut h = start(1000).await;
     let catalog = Catalog::embedded().unwrap();
-    let snapshot =
-        kartograf::snapshot::Snapshot::load(&[h.dir.clone()], kartograf::expr::Limits::default())
-            .unwrap();
+    let snapshot = kartograf::source::offline::Snapshot::load(
+        &[h.dir.clone()],
+        kartograf::expr::Limits::default(),
+    )
+    .unwrap();
     let roots = snapshot.roots(&catalog);
     let listed = h
         .client

@@ -5,7 +5,7 @@
 use super::convert::{IntoJson, identity, to_json};
 use super::{Ctx, Mode, source_name};
 use crate::index::Feed;
-use crate::object::Cached;
+use crate::model::Cached;
 use crate::source::definitions::Publisher;
 use ::kube::api::{Api, ApiResource, DynamicObject};
 use ::kube::core::{PartialObjectMeta, Status};

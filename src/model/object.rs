@@ -4,8 +4,8 @@
 use crate::definition::GroupVersionKind;
 use crate::expr::Limits;
 use crate::expr::value::{self, Keep, Packed, as_array, as_str, get, get_path};
-use crate::resolve::Memo;
-use crate::resolve::resources::{self, Request};
+use crate::model::Memo;
+use crate::model::resources::{self, Request};
 use jaq_json::Val;
 use serde_json::Value as Json;
 use std::sync::Arc;

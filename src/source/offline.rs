@@ -7,7 +7,7 @@ use crate::definition::Catalog;
 use crate::expr::Limits;
 use crate::index::{Index, OnDemand};
 use crate::manifest;
-use crate::object::{Cached, ObjectMeta, Pod};
+use crate::model::{Cached, ObjectMeta, Pod};
 use crate::resolve::Resolution;
 use crate::source::files;
 use serde_json::Value as Json;

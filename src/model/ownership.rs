@@ -2,7 +2,7 @@
 //! are root workloads.
 
 use crate::definition::Catalog;
-use crate::object::{ObjectMeta, OwnerRef};
+use crate::model::{ObjectMeta, OwnerRef};
 
 /// Longest controller chain followed (pod → Job → its owner is 2 hops).
 pub const MAX_HOPS: usize = 8;
