@@ -8,9 +8,11 @@
 //! evaluation ([`resolve::Prepared`]) is memoized per root version and catalog generation, so
 //! a pod change re-resolves without re-evaluating the root.
 
+mod batch;
 mod board;
 mod feed;
 mod names;
+mod objects;
 mod offline;
 mod placements;
 mod published;
@@ -18,6 +20,10 @@ mod query;
 pub mod selector;
 mod unowned;
 
+#[cfg(test)]
+mod tests;
+
+pub use batch::Batch;
 pub use board::{Board, Change, Key, Labels, Publication, WorkloadEntry};
 pub use feed::{Feed, Update};
 pub use offline::OnDemand;
@@ -27,12 +33,13 @@ pub use unowned::UnownedGpuPod;
 
 use crate::definition::Catalog;
 use crate::expr::Limits;
-use crate::model::ownership::{self, OwnerGraph, Root};
-use crate::model::{Cached, Object, ObjectMeta, Pod};
+use crate::model::ownership::{self, Root};
+use crate::model::{Cached, Object, Pod};
 use crate::proto::v1 as pb;
 use crate::resolve::{self, Prepared};
 use arc_swap::ArcSwap;
-use names::{Name, NameIndex};
+use names::Name;
+use objects::{Entry, Graph, Objects, mark_affected, unlink};
 use placements::Placements;
 use serde_json::Value as Json;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -46,43 +53,6 @@ pub const DEFAULT_HISTORY: usize = 10_000;
 /// An object's identity (its uid), allocated once and shared by every map that refers to it
 /// (and the workload's key on the board).
 type Uid = Key;
-
-struct Entry {
-    cached: Cached,
-    /// Bumped on every change of this object.
-    version: u64,
-    /// The source it came from (shared by all of that source's objects).
-    source: Arc<str>,
-    /// For a pod: the root it was last resolved under.
-    root: Option<Uid>,
-}
-
-/// The cached objects and their links: written only by the index's writer, in short
-/// critical sections (never while evaluating); read by name and pod lookups.
-#[derive(Default)]
-struct Objects {
-    entries: HashMap<Uid, Entry>,
-    /// (apiVersion-less kind, namespace, name) -> uid.
-    by_name: NameIndex,
-    /// owner uid -> uids of objects whose controller it is.
-    children: HashMap<Uid, BTreeSet<Uid>>,
-    /// How many entries are pods.
-    pods: usize,
-    /// Notes a source attached to objects (e.g. "defined twice"), shown as a diagnostic on
-    /// every workload the object is part of.
-    notes: HashMap<Uid, Arc<str>>,
-}
-
-impl Objects {
-    /// The shared copy of `uid` when a map already holds one, else a new one.
-    fn uid(&self, uid: &str) -> Uid {
-        self.entries
-            .get_key_value(uid)
-            .map(|(k, _)| k)
-            .or_else(|| self.children.get_key_value(uid).map(|(k, _)| k))
-            .map_or_else(|| Arc::from(uid), Arc::clone)
-    }
-}
 
 /// The writer's own state: mutations are serialized by the mutex that holds it, and
 /// resolution runs while holding it, but no reader ever takes it.
@@ -103,14 +73,6 @@ impl Writer {
         let s: Arc<str> = Arc::from(source);
         self.sources.push(s.clone());
         s
-    }
-}
-
-struct Graph<'a>(&'a HashMap<Uid, Entry>);
-
-impl OwnerGraph for Graph<'_> {
-    fn meta(&self, uid: &str) -> Option<&ObjectMeta> {
-        self.0.get(uid).map(|e| e.cached.meta())
     }
 }
 
@@ -775,170 +737,5 @@ impl Index {
             })
             .collect();
         self.board.publish(updates, gone)
-    }
-}
-
-fn unlink(objects: &mut Objects, uid: &str, meta: &ObjectMeta) {
-    if let Some(owner) = meta.controller()
-        && let Some(set) = objects.children.get_mut(owner.uid.as_str())
-    {
-        set.remove(uid);
-        if set.is_empty() {
-            objects.children.remove(owner.uid.as_str());
-        }
-    }
-    let Objects {
-        entries, by_name, ..
-    } = objects;
-    by_name.remove_if(&Graph(entries), Name::of(meta), uid);
-}
-
-/// Marks dirty every root that `uid` or anything below it belongs to (now or before).
-fn mark_affected(objects: &Objects, catalog: &Catalog, dirty: &mut BTreeSet<Uid>, uid: &str) {
-    let mut stack = vec![(objects.uid(uid), 0usize)];
-    let mut seen = HashSet::new();
-    while let Some((at, depth)) = stack.pop() {
-        if !seen.insert(at.clone()) || depth > ownership::MAX_HOPS {
-            continue;
-        }
-        dirty.insert(at.clone());
-        if let Some(entry) = objects.entries.get(&at) {
-            if let Some(previous) = &entry.root {
-                dirty.insert(previous.clone());
-            }
-            match ownership::root_of(entry.cached.meta(), &Graph(&objects.entries), catalog) {
-                Root::Owner(owner) => {
-                    dirty.insert(objects.uid(&owner.uid));
-                }
-                Root::Itself | Root::Uncovered(_) => {}
-            }
-        }
-        for child in objects.children.get(&at).into_iter().flatten() {
-            stack.push((child.clone(), depth + 1));
-        }
-    }
-}
-
-/// Changes applied under one hold of the index's writer lock (see [`Index::batch`]).
-pub struct Batch<'a> {
-    index: &'a Index,
-    writer: MutexGuard<'a, Writer>,
-    /// Pods that kept their unpacked value for their first resolution.
-    keep: Vec<Arc<Pod>>,
-}
-
-impl Batch<'_> {
-    /// Adds or replaces one object from `source` (see [`Index::apply`]).
-    pub fn apply(&mut self, json: &Json, source: &str) -> Result<String, String> {
-        // A pod keeps its unpacked value for the resolution at the end of the batch, then
-        // drops what it did not use.
-        let cached = Cached::from_json_keeping_value(json, self.index.limits)?;
-        if let Cached::Pod(p) = &cached {
-            self.keep.push(p.clone());
-        }
-        Ok(self.index.insert(&mut self.writer, cached, source))
-    }
-
-    /// Removes one object by uid (or identity).
-    pub fn delete(&mut self, uid: &str) {
-        self.index.remove(&mut self.writer, uid);
-    }
-
-    /// Adds or replaces one converted object from `source`.
-    pub fn upsert(&mut self, cached: Cached, source: &str) -> String {
-        self.index.insert(&mut self.writer, cached, source)
-    }
-
-    /// Attaches a note to an object (or removes it with `None`); the workloads it is part
-    /// of carry it as a `source_note` diagnostic.
-    pub fn note(&mut self, uid: &str, note: Option<&str>) {
-        let catalog = self.index.catalog.load();
-        let mut objects = self.index.objects_mut();
-        let shared = objects.uid(uid);
-        let changed = match note {
-            Some(n) => objects
-                .notes
-                .insert(shared, Arc::from(n))
-                .is_none_or(|old| old.as_ref() != n),
-            None => objects.notes.remove(uid).is_some(),
-        };
-        if changed {
-            mark_affected(&objects, &catalog, &mut self.writer.dirty, uid);
-        }
-    }
-
-    /// Replaces everything `source` holds (see [`Index::reset_converted`]).
-    pub fn reset_converted(
-        &mut self,
-        source: &str,
-        items: Vec<Result<Cached, String>>,
-    ) -> Vec<String> {
-        let mut skipped = Vec::new();
-        let mut seen = HashSet::new();
-        for item in items {
-            match item {
-                Ok(cached) => {
-                    seen.insert(self.index.insert(&mut self.writer, cached, source));
-                }
-                Err(e) => skipped.push(e),
-            }
-        }
-        let stale: Vec<Uid> = self
-            .index
-            .objects()
-            .entries
-            .iter()
-            .filter(|(uid, e)| e.source.as_ref() == source && !seen.contains(uid.as_ref()))
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in stale {
-            self.index.remove(&mut self.writer, &uid);
-        }
-        skipped
-    }
-
-    /// Drops the resolutions this batch would run when it ends (objects are stored, nothing
-    /// is resolved or published: for offline use, which resolves on demand).
-    pub fn skip_resolution(&mut self) {
-        self.writer.dirty.clear();
-    }
-
-    /// Re-resolves every workload under the catalog in effect.
-    pub fn reresolve(&mut self) {
-        let all: Vec<Uid> = self.index.objects().entries.keys().cloned().collect();
-        self.writer.dirty.extend(all);
-    }
-
-    /// Re-resolves what a catalog change can affect: the objects of every kind whose
-    /// definitions changed since `previous` (and, through them, the workloads they belong
-    /// to and the objects they own).
-    pub fn reresolve_since(&mut self, previous: &Catalog) {
-        let catalog = self.index.catalog.load_full();
-        let changed = catalog.changed_kinds(previous);
-        if changed.is_empty() {
-            return;
-        }
-        let objects = self.index.objects();
-        let affected: Vec<Uid> = objects
-            .entries
-            .iter()
-            .filter(|(_, e)| {
-                let gvk = e.cached.meta().gvk();
-                changed.contains(&(gvk.group, gvk.kind))
-            })
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in affected {
-            mark_affected(&objects, &catalog, &mut self.writer.dirty, &uid);
-        }
-    }
-}
-
-impl Drop for Batch<'_> {
-    fn drop(&mut self) {
-        self.index.flush(&mut self.writer);
-        for p in self.keep.drain(..) {
-            p.memo.drop_value();
-        }
     }
 }

@@ -2,7 +2,8 @@
 //! beyond what the server does: any object found by kind and name, resolution on demand
 //! (also of an object another workload owns), and owner cycles.
 
-use super::{Gathered, Graph, Index, Uid};
+use super::objects::Graph;
+use super::{Gathered, Index, Uid};
 use crate::model::ObjectMeta;
 use crate::model::ownership::{self, Root};
 use crate::resolve::{self, Resolution};

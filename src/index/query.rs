@@ -1,7 +1,8 @@
 //! Reading the index: lookups, filtered lists, totals and the change history.
 
 use super::names::Name;
-use super::{Change, Graph, Index, Published};
+use super::objects::Graph;
+use super::{Change, Index, Published};
 use crate::proto::v1 as pb;
 use std::sync::Arc;
 

@@ -4,7 +4,8 @@
 //! with a definition is its own workload through the bare-Pod definition.) These are the GPUs a
 //! cost report would otherwise file under "unallocated".
 
-use super::{Graph, Index};
+use super::Index;
+use super::objects::Graph;
 use crate::model::Cached;
 use crate::model::ownership;
 

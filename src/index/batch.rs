@@ -1,0 +1,134 @@
+//! A batch of changes applied under one hold of the index's writer lock; the affected
+//! workloads are resolved and published once, when the batch ends.
+
+use super::objects::mark_affected;
+use super::{Index, Uid, Writer};
+use crate::definition::Catalog;
+use crate::model::{Cached, Pod};
+use serde_json::Value as Json;
+use std::collections::HashSet;
+use std::sync::{Arc, MutexGuard};
+
+/// Changes applied under one hold of the index's writer lock (see [`Index::batch`]).
+pub struct Batch<'a> {
+    pub(super) index: &'a Index,
+    pub(super) writer: MutexGuard<'a, Writer>,
+    /// Pods that kept their unpacked value for their first resolution.
+    pub(super) keep: Vec<Arc<Pod>>,
+}
+
+impl Batch<'_> {
+    /// Adds or replaces one object from `source` (see [`Index::apply`]).
+    pub fn apply(&mut self, json: &Json, source: &str) -> Result<String, String> {
+        // A pod keeps its unpacked value for the resolution at the end of the batch, then
+        // drops what it did not use.
+        let cached = Cached::from_json_keeping_value(json, self.index.limits)?;
+        if let Cached::Pod(p) = &cached {
+            self.keep.push(p.clone());
+        }
+        Ok(self.index.insert(&mut self.writer, cached, source))
+    }
+
+    /// Removes one object by uid (or identity).
+    pub fn delete(&mut self, uid: &str) {
+        self.index.remove(&mut self.writer, uid);
+    }
+
+    /// Adds or replaces one converted object from `source`.
+    pub fn upsert(&mut self, cached: Cached, source: &str) -> String {
+        self.index.insert(&mut self.writer, cached, source)
+    }
+
+    /// Attaches a note to an object (or removes it with `None`); the workloads it is part
+    /// of carry it as a `source_note` diagnostic.
+    pub fn note(&mut self, uid: &str, note: Option<&str>) {
+        let catalog = self.index.catalog.load();
+        let mut objects = self.index.objects_mut();
+        let shared = objects.uid(uid);
+        let changed = match note {
+            Some(n) => objects
+                .notes
+                .insert(shared, Arc::from(n))
+                .is_none_or(|old| old.as_ref() != n),
+            None => objects.notes.remove(uid).is_some(),
+        };
+        if changed {
+            mark_affected(&objects, &catalog, &mut self.writer.dirty, uid);
+        }
+    }
+
+    /// Replaces everything `source` holds (see [`Index::reset_converted`]).
+    pub fn reset_converted(
+        &mut self,
+        source: &str,
+        items: Vec<Result<Cached, String>>,
+    ) -> Vec<String> {
+        let mut skipped = Vec::new();
+        let mut seen = HashSet::new();
+        for item in items {
+            match item {
+                Ok(cached) => {
+                    seen.insert(self.index.insert(&mut self.writer, cached, source));
+                }
+                Err(e) => skipped.push(e),
+            }
+        }
+        let stale: Vec<Uid> = self
+            .index
+            .objects()
+            .entries
+            .iter()
+            .filter(|(uid, e)| e.source.as_ref() == source && !seen.contains(uid.as_ref()))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in stale {
+            self.index.remove(&mut self.writer, &uid);
+        }
+        skipped
+    }
+
+    /// Drops the resolutions this batch would run when it ends (objects are stored, nothing
+    /// is resolved or published: for offline use, which resolves on demand).
+    pub fn skip_resolution(&mut self) {
+        self.writer.dirty.clear();
+    }
+
+    /// Re-resolves every workload under the catalog in effect.
+    pub fn reresolve(&mut self) {
+        let all: Vec<Uid> = self.index.objects().entries.keys().cloned().collect();
+        self.writer.dirty.extend(all);
+    }
+
+    /// Re-resolves what a catalog change can affect: the objects of every kind whose
+    /// definitions changed since `previous` (and, through them, the workloads they belong
+    /// to and the objects they own).
+    pub fn reresolve_since(&mut self, previous: &Catalog) {
+        let catalog = self.index.catalog.load_full();
+        let changed = catalog.changed_kinds(previous);
+        if changed.is_empty() {
+            return;
+        }
+        let objects = self.index.objects();
+        let affected: Vec<Uid> = objects
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                let gvk = e.cached.meta().gvk();
+                changed.contains(&(gvk.group, gvk.kind))
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in affected {
+            mark_affected(&objects, &catalog, &mut self.writer.dirty, &uid);
+        }
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.index.flush(&mut self.writer);
+        for p in self.keep.drain(..) {
+            p.memo.drop_value();
+        }
+    }
+}

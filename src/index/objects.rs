@@ -1,0 +1,105 @@
+//! The object store: every cached object and pod by uid, the name index, controller links
+//! (owner → children) and source notes. Written only by the index's writer, in short critical
+//! sections; read by lookups by name and by pod.
+
+use super::Uid;
+use super::names::{Name, NameIndex};
+use crate::definition::Catalog;
+use crate::model::ownership::{self, OwnerGraph, Root};
+use crate::model::{Cached, ObjectMeta};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+/// One cached object.
+pub(super) struct Entry {
+    pub(super) cached: Cached,
+    /// Bumped on every change of this object.
+    pub(super) version: u64,
+    /// The source it came from (shared by all of that source's objects).
+    pub(super) source: Arc<str>,
+    /// For a pod: the root it was last resolved under.
+    pub(super) root: Option<Uid>,
+}
+
+/// The cached objects and their links: written only by the index's writer, in short
+/// critical sections (never while evaluating); read by name and pod lookups.
+#[derive(Default)]
+pub(super) struct Objects {
+    pub(super) entries: HashMap<Uid, Entry>,
+    /// (apiVersion-less kind, namespace, name) -> uid.
+    pub(super) by_name: NameIndex,
+    /// owner uid -> uids of objects whose controller it is.
+    pub(super) children: HashMap<Uid, BTreeSet<Uid>>,
+    /// How many entries are pods.
+    pub(super) pods: usize,
+    /// Notes a source attached to objects (e.g. "defined twice"), shown as a diagnostic on
+    /// every workload the object is part of.
+    pub(super) notes: HashMap<Uid, Arc<str>>,
+}
+
+impl Objects {
+    /// The shared copy of `uid` when a map already holds one, else a new one.
+    pub(super) fn uid(&self, uid: &str) -> Uid {
+        self.entries
+            .get_key_value(uid)
+            .map(|(k, _)| k)
+            .or_else(|| self.children.get_key_value(uid).map(|(k, _)| k))
+            .map_or_else(|| Arc::from(uid), Arc::clone)
+    }
+}
+
+/// The objects as an owner graph (for controller chains).
+pub(super) struct Graph<'a>(pub(super) &'a HashMap<Uid, Entry>);
+
+impl OwnerGraph for Graph<'_> {
+    fn meta(&self, uid: &str) -> Option<&ObjectMeta> {
+        self.0.get(uid).map(|e| e.cached.meta())
+    }
+}
+
+/// Removes `uid`'s controller link and name.
+pub(super) fn unlink(objects: &mut Objects, uid: &str, meta: &ObjectMeta) {
+    if let Some(owner) = meta.controller()
+        && let Some(set) = objects.children.get_mut(owner.uid.as_str())
+    {
+        set.remove(uid);
+        if set.is_empty() {
+            objects.children.remove(owner.uid.as_str());
+        }
+    }
+    let Objects {
+        entries, by_name, ..
+    } = objects;
+    by_name.remove_if(&Graph(entries), Name::of(meta), uid);
+}
+
+/// Marks dirty every root that `uid` or anything below it belongs to (now or before).
+pub(super) fn mark_affected(
+    objects: &Objects,
+    catalog: &Catalog,
+    dirty: &mut BTreeSet<Uid>,
+    uid: &str,
+) {
+    let mut stack = vec![(objects.uid(uid), 0usize)];
+    let mut seen = HashSet::new();
+    while let Some((at, depth)) = stack.pop() {
+        if !seen.insert(at.clone()) || depth > ownership::MAX_HOPS {
+            continue;
+        }
+        dirty.insert(at.clone());
+        if let Some(entry) = objects.entries.get(&at) {
+            if let Some(previous) = &entry.root {
+                dirty.insert(previous.clone());
+            }
+            match ownership::root_of(entry.cached.meta(), &Graph(&objects.entries), catalog) {
+                Root::Owner(owner) => {
+                    dirty.insert(objects.uid(&owner.uid));
+                }
+                Root::Itself | Root::Uncovered(_) => {}
+            }
+        }
+        for child in objects.children.get(&at).into_iter().flatten() {
+            stack.push((child.clone(), depth + 1));
+        }
+    }
+}

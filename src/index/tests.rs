@@ -1,0 +1,217 @@
+//! The index on its own: plain synchronous tests, no server, no runtime, no sleeps. The
+//! kinds are made up (`example.com/v1` `Group` owning `Member` objects, each with pods), with
+//! definitions compiled from text.
+
+use super::{Filter, Index};
+use crate::definition::{Catalog, catalog, load};
+use crate::proto::v1 as pb;
+use serde_json::{Value, json};
+
+/// `Group` (root) and `Member` (a root of its own when nothing owns it; a component of a
+/// `Group` otherwise), each with pods by owner.
+fn catalog() -> Catalog {
+    let text = r#"
+apiVersion: run.ai/v1alpha1
+kind: Karta
+metadata: {name: group}
+spec:
+  structureDefinition:
+    rootComponent:
+      name: group
+      kind: {group: example.com, version: v1, kind: Group}
+      statusDefinition:
+        statusMappings:
+          running: [{byExpression: {expression: 'true', expectedResult: "true"}}]
+    childComponents:
+      - name: member
+        kind: {group: example.com, version: v1, kind: Member}
+        ownerRef: group
+        specDefinition: {podTemplateSpecPath: .spec.template}
+        scaleDefinition: {replicasPath: '.spec.members // 1'}
+---
+apiVersion: run.ai/v1alpha1
+kind: Karta
+metadata: {name: member}
+spec:
+  structureDefinition:
+    rootComponent:
+      name: member
+      kind: {group: example.com, version: v1, kind: Member}
+      specDefinition: {podTemplateSpecPath: .spec.template}
+      statusDefinition:
+        statusMappings:
+          running: [{byExpression: {expression: 'true', expectedResult: "true"}}]
+"#;
+    let (parsed, errors) = load::parse_text(text, "test");
+    assert!(errors.is_empty(), "{errors:?}");
+    let (defs, errors) = catalog::compile_all(parsed, "test");
+    assert!(errors.is_empty(), "{errors:?}");
+    Catalog::from_layers(1, [defs])
+}
+
+fn owner(kind: &str, name: &str) -> Value {
+    json!([{"apiVersion": "example.com/v1", "kind": kind, "name": name,
+            "uid": format!("uid-{name}"), "controller": true}])
+}
+
+fn group(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "Group",
+           "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "labels": labels},
+           "spec": {}})
+}
+
+fn member(name: &str, owned_by: Option<&str>) -> Value {
+    let mut m = json!({"apiVersion": "example.com/v1", "kind": "Member",
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
+        "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}});
+    if let Some(g) = owned_by {
+        m["metadata"]["ownerReferences"] = owner("Group", g);
+    }
+    m
+}
+
+fn pod(name: &str, member: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                        "ownerReferences": owner("Member", member)},
+           "spec": {"nodeName": "n", "containers": [{"name": "c"}]},
+           "status": {"phase": "Running"}})
+}
+
+fn workloads(index: &Index) -> Vec<String> {
+    let (all, _) = index.snapshot(&Filter::default());
+    let mut names: Vec<String> = all
+        .iter()
+        .filter_map(|w| w.r#ref.as_ref().map(|r| format!("{}/{}", r.kind, r.name)))
+        .collect();
+    names.sort();
+    names
+}
+
+fn kinds(changes: &[super::Change]) -> Vec<(String, pb::EventType)> {
+    changes
+        .iter()
+        .map(|c| {
+            let name = c.workload.r#ref.as_ref().map_or(String::new(), |r| r.name.clone());
+            (name, c.kind)
+        })
+        .collect()
+}
+
+#[test]
+fn a_reset_removes_what_the_source_no_longer_holds() {
+    let index = Index::new(catalog(), &[]);
+    let docs = [
+        group("a", json!({})),
+        member("a-0", Some("a")),
+        pod("a-0-p", "a-0"),
+        group("b", json!({})),
+    ];
+    assert!(index.reset("files", &docs).is_empty());
+    assert_eq!(workloads(&index), ["Group/a", "Group/b"]);
+    let a = index.workload(&pb::ObjectRef {
+        uid: "uid-a".into(),
+        ..Default::default()
+    });
+    assert_eq!(a.and_then(|w| w.pods).map(|p| p.current), Some(1));
+    let before = index.revision();
+    // The second list holds only `a` and its member: `b` and the pod are gone.
+    index.reset("files", &docs[..2]);
+    assert_eq!(workloads(&index), ["Group/a"]);
+    let (changes, _) = index.changes_since(before, &Filter::default()).unwrap();
+    let mut seen = kinds(&changes);
+    seen.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(
+        seen,
+        [
+            ("a".to_owned(), pb::EventType::Modified),
+            ("b".to_owned(), pb::EventType::Deleted)
+        ]
+    );
+    assert_eq!(index.sizes().pods, 0);
+    // Another source's objects are left alone by this source's reset.
+    index.apply(&group("c", json!({})), "other").unwrap();
+    index.reset("files", &[]);
+    assert_eq!(workloads(&index), ["Group/c"]);
+}
+
+#[test]
+fn a_member_adopted_by_a_group_stops_being_a_workload_of_its_own() {
+    let index = Index::new(catalog(), &[]);
+    index.apply(&member("m", None), "files").unwrap();
+    index.apply(&pod("m-p", "m"), "files").unwrap();
+    assert_eq!(workloads(&index), ["Member/m"]);
+    index.apply(&group("g", json!({})), "files").unwrap();
+    let before = index.revision();
+    // The controller reference arrives: the member is now part of the group.
+    index.apply(&member("m", Some("g")), "files").unwrap();
+    assert_eq!(workloads(&index), ["Group/g"]);
+    let (changes, _) = index.changes_since(before, &Filter::default()).unwrap();
+    let mut seen = kinds(&changes);
+    seen.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(
+        seen,
+        [
+            ("g".to_owned(), pb::EventType::Modified),
+            ("m".to_owned(), pb::EventType::Deleted)
+        ]
+    );
+    let (graph, placement) = index
+        .published_of_pod(&pb::ObjectRef {
+            uid: "uid-m-p".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(graph.r#ref.as_ref().unwrap().name, "g");
+    assert_eq!(placement.component, "member");
+    // Released again: the member is its own workload once more.
+    index.apply(&member("m", None), "files").unwrap();
+    assert_eq!(workloads(&index), ["Group/g", "Member/m"]);
+}
+
+#[test]
+fn the_history_keeps_its_cap_and_older_resumes_reset() {
+    let index = Index::new(catalog(), &[]).with_history(3);
+    let start = index.revision();
+    for i in 0..5 {
+        index
+            .apply(&group("g", json!({"round": i.to_string()})), "files")
+            .unwrap();
+    }
+    let now = index.revision();
+    assert_eq!(now, start + 5);
+    assert!(
+        index.changes_since(start, &Filter::default()).is_none(),
+        "older than the kept history: RESET"
+    );
+    let (changes, rev) = index.changes_since(now - 3, &Filter::default()).unwrap();
+    assert_eq!(rev, now);
+    assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Modified)]);
+    let (changes, _) = index.changes_since(now, &Filter::default()).unwrap();
+    assert!(changes.is_empty());
+    assert!(index.changes_since(now + 1, &Filter::default()).is_none(), "from the future");
+}
+
+#[test]
+fn labels_entering_and_leaving_a_selector_are_added_and_deleted_for_it() {
+    let index = Index::new(catalog(), &[]);
+    let web = Filter {
+        label_selector: "app=web".to_owned(),
+        ..Filter::default()
+    };
+    index.apply(&group("g", json!({"app": "db"})), "files").unwrap();
+    let r0 = index.revision();
+    assert!(index.snapshot(&web).0.is_empty());
+    index.apply(&group("g", json!({"app": "web"})), "files").unwrap();
+    let (changes, r1) = index.changes_since(r0, &web).unwrap();
+    assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Added)]);
+    index.apply(&group("g", json!({"app": "web", "v": "2"})), "files").unwrap();
+    let (changes, r2) = index.changes_since(r1, &web).unwrap();
+    assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Modified)]);
+    index.apply(&group("g", json!({"app": "db"})), "files").unwrap();
+    let (changes, _) = index.changes_since(r2, &web).unwrap();
+    assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Deleted)]);
+    // Over the whole span, the workload was never in the view: nothing to send.
+    let (changes, _) = index.changes_since(r0, &web).unwrap();
+    assert!(changes.is_empty(), "{:?}", kinds(&changes));
+}
