@@ -36,6 +36,8 @@
 //! subscriber (see `index::published`), so no layer converts between a domain graph and the
 //! wire.
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 pub mod aggregate;
 pub mod cli;

@@ -1,5 +1,7 @@
 //! The `kartograf` binary: parse the command line and dispatch.
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 use std::process::ExitCode;
 

@@ -205,10 +205,14 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     args.budget.apply();
     let report = Arc::new(LoadReport::default());
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    // Every long-lived task is watched: one that ends (none should) or panics is logged and
+    // ends the process with an error, so the orchestrator restarts it instead of keeping a
+    // replica whose source silently stopped.
+    let mut tasks = Tasks::default();
     let (mut shared, origin) = if args.upstream.is_empty() && args.upstreams.is_none() {
-        serve_cluster(&args, report, shutdown_rx).await?
+        serve_cluster(&args, report, shutdown_rx, &mut tasks).await?
     } else {
-        serve_upstreams(&args, report, shutdown_rx)?
+        serve_upstreams(&args, report, shutdown_rx, &mut tasks)?
     };
     if args.eval_threads > 0 {
         shared = shared.with_evaluations(server::evaluations::Evaluations::new(
@@ -245,6 +249,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         shared.clone(),
         metrics_tokens,
     ));
+    let admin_watch = admin.abort_handle();
     let settings = Settings {
         listen: local,
         request_timeout: args.request_timeout,
@@ -271,10 +276,19 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     let mut server = tokio::spawn(server::serve(listener, shared, settings));
     // A server that stops on its own (bad TLS files, a failed listener) ends the process
     // with its error instead of leaving the admin port reporting a healthy process.
+    tasks.watch("admin port", admin);
     tokio::select! {
         () = wait_for_signal() => {}
+        (name, ended) = tasks.next_exit() => {
+            let why = match ended {
+                Ok(()) => "it stopped".to_owned(),
+                Err(e) => format!("it failed: {e}"),
+            };
+            tracing::error!(task = name, "a background task ended ({why}); exiting so the process is restarted");
+            return Err(anyhow::anyhow!("background task `{name}` ended: {why}"));
+        }
         ended = &mut server => {
-            admin.abort();
+            admin_watch.abort();
             return match ended {
                 Ok(Ok(())) => Err(anyhow::anyhow!("the gRPC server stopped unexpectedly")),
                 Ok(Err(e)) => Err(anyhow::anyhow!("gRPC server failed: {e}")),
@@ -286,7 +300,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     let _ = shutdown_tx.send(true);
     let outcome = tokio::time::timeout(Duration::from_secs(10), server).await;
     // The admin port answers (`/readyz` 503) while the gRPC connections drain.
-    admin.abort();
+    admin_watch.abort();
     match outcome {
         Ok(Ok(Ok(()))) => Ok(ExitCode::SUCCESS),
         Ok(Ok(Err(e))) => Err(anyhow::anyhow!("server failed: {e}")),
@@ -303,6 +317,7 @@ async fn serve_cluster(
     args: &Args,
     report: Arc<LoadReport>,
     shutdown: tokio::sync::watch::Receiver<bool>,
+    tasks: &mut Tasks,
 ) -> anyhow::Result<(Shared, String)> {
     if let Some(dir) = &args.manifests
         && !dir.exists()
@@ -336,7 +351,10 @@ async fn serve_cluster(
     let shared = Shared::new(index.clone(), report, shutdown);
     let origin = match &args.manifests {
         Some(dir) => {
-            tokio::spawn(manifests::run(index.clone(), dir.clone()));
+            tasks.watch(
+                "manifest source",
+                tokio::spawn(manifests::run(index.clone(), dir.clone())),
+            );
             format!("manifests: {} (cluster {cluster})", dir.display())
         }
         None => {
@@ -349,17 +367,23 @@ async fn serve_cluster(
                 namespace: args.namespace.clone(),
                 ..kube::Settings::default()
             };
-            tokio::spawn(kube::run(
-                client,
-                index.clone(),
-                settings,
-                Some(publisher.clone()),
-            ));
+            tasks.watch(
+                "Kubernetes source",
+                tokio::spawn(kube::run(
+                    client,
+                    index.clone(),
+                    settings,
+                    Some(publisher.clone()),
+                )),
+            );
             format!("the Kubernetes cluster of the current kubeconfig (cluster {cluster})")
         }
     };
     if let Some(r) = reloader {
-        tokio::spawn(definitions::run(r, publisher.clone()));
+        tasks.watch(
+            "definitions directory",
+            tokio::spawn(definitions::run(r, publisher.clone())),
+        );
     }
     Ok((shared, origin))
 }
@@ -369,6 +393,7 @@ fn serve_upstreams(
     args: &Args,
     report: Arc<LoadReport>,
     shutdown: tokio::sync::watch::Receiver<bool>,
+    tasks: &mut Tasks,
 ) -> anyhow::Result<(Shared, String)> {
     let flags: Vec<UpstreamConfig> = args
         .upstream
@@ -396,16 +421,39 @@ fn serve_upstreams(
     let names: Vec<String> = all.iter().map(|u| u.name.clone()).collect();
     aggregator.set_upstreams(all);
     if let Some(path) = &args.upstreams {
-        tokio::spawn(aggregate::config::reload(
-            aggregator.clone(),
-            path.clone(),
-            flags,
-            loaded,
-            Duration::from_secs(2),
-        ));
+        tasks.watch(
+            "upstreams file",
+            tokio::spawn(aggregate::config::reload(
+                aggregator.clone(),
+                path.clone(),
+                flags,
+                loaded,
+                Duration::from_secs(2),
+            )),
+        );
     }
     let shared = Shared::new(aggregator, report, shutdown);
     Ok((shared, format!("aggregator of {}", names.join(", "))))
+}
+
+/// The long-lived tasks of `serve`, each with a name for the log.
+#[derive(Default)]
+struct Tasks(tokio::task::JoinSet<(&'static str, Result<(), tokio::task::JoinError>)>);
+
+impl Tasks {
+    /// Watches a spawned task that should run until the process ends.
+    fn watch(&mut self, name: &'static str, task: tokio::task::JoinHandle<()>) {
+        self.0.spawn(async move { (name, task.await) });
+    }
+
+    /// The first task that ends, with how it ended; pending forever when none is watched.
+    async fn next_exit(&mut self) -> (&'static str, Result<(), tokio::task::JoinError>) {
+        match self.0.join_next().await {
+            Some(Ok(ended)) => ended,
+            Some(Err(e)) => ("task watcher", Err(e)),
+            None => std::future::pending().await,
+        }
+    }
 }
 
 fn nonzero(d: Duration) -> Option<Duration> {
@@ -431,5 +479,24 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tasks;
+
+    #[tokio::test]
+    async fn a_watched_task_that_ends_or_panics_is_reported_by_name() {
+        let mut tasks = Tasks::default();
+        tasks.watch("forever", tokio::spawn(std::future::pending()));
+        tasks.watch("source", tokio::spawn(async {}));
+        let (name, ended) = tasks.next_exit().await;
+        assert_eq!(name, "source");
+        assert!(ended.is_ok());
+        tasks.watch("broken", tokio::spawn(async { panic!("a source bug") }));
+        let (name, ended) = tasks.next_exit().await;
+        assert_eq!(name, "broken");
+        assert!(ended.is_err_and(|e| e.is_panic()));
     }
 }

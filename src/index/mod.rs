@@ -28,7 +28,7 @@ pub use board::{Board, Change, Key, Labels, Publication, WorkloadEntry};
 pub use feed::{Feed, Update};
 pub use offline::OnDemand;
 pub use published::Published;
-pub use query::{AttributedPod, Filter, Sizes, TotalsKey};
+pub use query::{AttributedPod, Filter, PodMiss, Sizes, TotalsKey};
 pub use unowned::UnownedGpuPod;
 
 use crate::definition::Catalog;

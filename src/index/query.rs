@@ -66,6 +66,15 @@ impl Filter {
     }
 }
 
+/// Why a pod has no workload to answer with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodMiss {
+    /// No such pod is cached.
+    NotCached,
+    /// The pod is cached but belongs to no workload.
+    InNoWorkload,
+}
+
 /// How much the index holds (for metrics).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sizes {
@@ -217,12 +226,11 @@ impl Index {
             .map(|e| e.cached.meta().api_version.clone())
     }
 
-    /// The workload that owns a cached pod, and where the pod sits; `Err(true)` when the pod
-    /// is cached but belongs to no workload, `Err(false)` when it is not cached.
+    /// The workload that owns a cached pod, and where the pod sits.
     pub fn workload_of_pod(
         &self,
         r: &pb::ObjectRef,
-    ) -> Result<(Arc<pb::Workload>, pb::PodPlacement), bool> {
+    ) -> Result<(Arc<pb::Workload>, pb::PodPlacement), PodMiss> {
         self.published_of_pod(r)
             .map(|(p, at)| (Arc::new(p.graph()), at))
     }
@@ -231,7 +239,7 @@ impl Index {
     pub fn published_of_pod(
         &self,
         r: &pb::ObjectRef,
-    ) -> Result<(Arc<Published>, pb::PodPlacement), bool> {
+    ) -> Result<(Arc<Published>, pb::PodPlacement), PodMiss> {
         let (uid, root) = {
             let objects = self.objects();
             let uid: super::Uid = if r.uid.is_empty() {
@@ -244,14 +252,14 @@ impl Index {
                     .by_name
                     .get(&Graph(&objects.entries), key)
                     .cloned()
-                    .ok_or(false)?
+                    .ok_or(PodMiss::NotCached)?
             } else {
                 objects.uid(&r.uid)
             };
-            let entry = objects.entries.get(&uid).ok_or(false)?;
-            (uid, entry.root.clone().ok_or(true)?)
+            let entry = objects.entries.get(&uid).ok_or(PodMiss::NotCached)?;
+            (uid, entry.root.clone().ok_or(PodMiss::InNoWorkload)?)
         };
-        let w = self.board.get(&root).ok_or(true)?;
+        let w = self.board.get(&root).ok_or(PodMiss::InNoWorkload)?;
         let placement = w.placements.get(&uid).unwrap_or_default();
         Ok((w.graph.clone(), placement))
     }

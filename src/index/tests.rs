@@ -92,7 +92,11 @@ fn kinds(changes: &[super::Change]) -> Vec<(String, pb::EventType)> {
     changes
         .iter()
         .map(|c| {
-            let name = c.workload.r#ref.as_ref().map_or(String::new(), |r| r.name.clone());
+            let name = c
+                .workload
+                .r#ref
+                .as_ref()
+                .map_or(String::new(), |r| r.name.clone());
             (name, c.kind)
         })
         .collect()
@@ -189,7 +193,10 @@ fn the_history_keeps_its_cap_and_older_resumes_reset() {
     assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Modified)]);
     let (changes, _) = index.changes_since(now, &Filter::default()).unwrap();
     assert!(changes.is_empty());
-    assert!(index.changes_since(now + 1, &Filter::default()).is_none(), "from the future");
+    assert!(
+        index.changes_since(now + 1, &Filter::default()).is_none(),
+        "from the future"
+    );
 }
 
 #[test]
@@ -199,16 +206,24 @@ fn labels_entering_and_leaving_a_selector_are_added_and_deleted_for_it() {
         label_selector: "app=web".to_owned(),
         ..Filter::default()
     };
-    index.apply(&group("g", json!({"app": "db"})), "files").unwrap();
+    index
+        .apply(&group("g", json!({"app": "db"})), "files")
+        .unwrap();
     let r0 = index.revision();
     assert!(index.snapshot(&web).0.is_empty());
-    index.apply(&group("g", json!({"app": "web"})), "files").unwrap();
+    index
+        .apply(&group("g", json!({"app": "web"})), "files")
+        .unwrap();
     let (changes, r1) = index.changes_since(r0, &web).unwrap();
     assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Added)]);
-    index.apply(&group("g", json!({"app": "web", "v": "2"})), "files").unwrap();
+    index
+        .apply(&group("g", json!({"app": "web", "v": "2"})), "files")
+        .unwrap();
     let (changes, r2) = index.changes_since(r1, &web).unwrap();
     assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Modified)]);
-    index.apply(&group("g", json!({"app": "db"})), "files").unwrap();
+    index
+        .apply(&group("g", json!({"app": "db"})), "files")
+        .unwrap();
     let (changes, _) = index.changes_since(r2, &web).unwrap();
     assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Deleted)]);
     // Over the whole span, the workload was never in the view: nothing to send.

@@ -7,6 +7,7 @@
 use super::validate;
 use super::wire::ResolveFrame;
 use crate::excerpt::echo;
+use crate::index::PodMiss;
 use crate::index::{Index, Published};
 use crate::metrics::Observed;
 use crate::proto::v1 as pb;
@@ -126,10 +127,10 @@ impl Store for Index {
                 workload: w.encoded(view),
                 pod: Some(placement),
             }),
-            Err(true) => Err(Status::not_found(format!(
+            Err(PodMiss::InNoWorkload) => Err(Status::not_found(format!(
                 "pod {what} belongs to no known workload"
             ))),
-            Err(false) => Err(Status::not_found(format!("pod {what} is not known"))),
+            Err(PodMiss::NotCached) => Err(Status::not_found(format!("pod {what} is not known"))),
         }
     }
 }
