@@ -1,0 +1,233 @@
+//! The resolver's evaluations: every jq evaluation of a resolution goes through here, where
+//! failures become diagnostics (deadline, budget, quarantine, runtime errors) and what a pod
+//! answers is remembered on it.
+
+use super::Resolver;
+use super::diagnostics::{ERROR, WARNING, code};
+use crate::definition::plan::Compiled;
+use crate::expr::EvalError;
+use crate::expr::value::to_text;
+use crate::model::memo::Answer;
+use jaq_json::Val;
+
+/// What [`Resolver::ask`] learned from a pod.
+pub(super) struct Asked {
+    pub(super) answer: Answer,
+    /// The evaluation error, already reported.
+    pub(super) failure: Option<String>,
+    /// False when the deadline cut the evaluation short.
+    pub(super) remember: bool,
+}
+
+/// Question kinds, kept in the low bits of [`question`] (definition items are aligned).
+pub(super) const KEY: usize = 0;
+/// A gang member filter.
+pub(super) const FILTER: usize = 1;
+/// A component's type selector.
+pub(super) const TYPE: usize = 2;
+
+/// Identifies a question about a pod: the address of the definition item that asks it
+/// (stable while the definition lives) tagged with the kind of question.
+pub(super) fn question<T>(item: &T, kind: usize) -> usize {
+    std::ptr::from_ref(item) as usize | kind
+}
+
+/// Why an evaluation gave no outputs.
+pub(super) enum Failure {
+    /// The resolve deadline passed (reported once; never remembered).
+    Expired,
+    /// The expression failed; the message is the diagnostic's.
+    Error(String),
+    /// The evaluation exceeded a budget (already reported; never remembered).
+    Budget,
+}
+
+impl Resolver<'_> {
+    /// Evaluates `expr` on `input`; the first deadline miss is reported here.
+    pub(super) fn try_eval(
+        &mut self,
+        expr: &Compiled,
+        input: &Val,
+        vars: &[Val],
+        component: &str,
+    ) -> Result<Vec<Val>, Failure> {
+        if self.expired {
+            return Err(Failure::Expired);
+        }
+        if let Some(q) = self.def.breaker().quarantined() {
+            self.expired = true;
+            self.diags.push(
+                ERROR,
+                code::QUARANTINED,
+                format!(
+                    "definition `{}` is quarantined: {}; its expressions are not evaluated and the graph is partial",
+                    self.def.name, q.reason
+                ),
+                "",
+                "",
+            );
+            return Err(Failure::Expired);
+        }
+        match expr.expr.eval_with(input, vars, self.deadline) {
+            Ok(out) => Ok(out),
+            Err(EvalError::Deadline) => {
+                self.expired = true;
+                self.diags.push(
+                    ERROR,
+                    code::DEADLINE,
+                    "resolve deadline exceeded; the graph is partial",
+                    component,
+                    expr.source(),
+                );
+                Err(Failure::Expired)
+            }
+            Err(EvalError::Budget(what)) => {
+                self.def.breaker().record(what);
+                self.diags.push(
+                    ERROR,
+                    code::BUDGET_EXCEEDED,
+                    format!(
+                        "{} of definition `{}` exceeded its {what} budget; the graph is partial",
+                        expr.path, self.def.name
+                    ),
+                    component,
+                    expr.source(),
+                );
+                Err(Failure::Budget)
+            }
+            Err(e) => Err(Failure::Error(format!("{} failed: {e}", expr.path))),
+        }
+    }
+
+    /// Evaluates `expr` on `input`; errors become diagnostics and `None`.
+    pub(super) fn eval_on(
+        &mut self,
+        expr: &Compiled,
+        input: &Val,
+        vars: &[Val],
+        component: &str,
+    ) -> Option<Vec<Val>> {
+        match self.try_eval(expr, input, vars, component) {
+            Ok(out) => Some(out),
+            Err(Failure::Expired | Failure::Budget) => None,
+            Err(Failure::Error(message)) => {
+                self.diags
+                    .push(WARNING, code::EVAL_ERROR, message, component, expr.source());
+                None
+            }
+        }
+    }
+
+    /// Pod `i` as a jq value, unpacked once per resolution.
+    pub(super) fn pod_value(&mut self, i: usize) -> Val {
+        match &self.values[i] {
+            Some(v) => v.clone(),
+            None => {
+                let pod = self.pods[i];
+                let v = pod.memo.take_value().unwrap_or_else(|| pod.value());
+                self.values[i] = Some(v.clone());
+                v
+            }
+        }
+    }
+
+    /// Asks pod `i` a question that depends on the pod and the definition alone.
+    /// `compute` answers it from the pod's value (evaluating through [`Resolver::evaluate`]);
+    /// answers are remembered on the pod with the evaluation error they came with, which is
+    /// reported again (for `component`, as an error of `expr`) whenever the answer is reused.
+    /// `question` identifies the question within the definition (see [`question`]).
+    pub(super) fn ask(
+        &mut self,
+        i: usize,
+        question: usize,
+        expr: Option<&Compiled>,
+        component: &str,
+        compute: impl FnOnce(&mut Self, &Val) -> Asked,
+    ) -> Answer {
+        let pod = self.pods[i];
+        if let Some((answer, failure)) = pod.memo.get(self.owner, question) {
+            if let (Some(message), Some(expr)) = (failure, expr) {
+                self.diags.push(
+                    WARNING,
+                    code::EVAL_ERROR,
+                    message.into_string(),
+                    component,
+                    expr.source(),
+                );
+            }
+            return answer;
+        }
+        let value = self.pod_value(i);
+        let asked = compute(self, &value);
+        if asked.remember {
+            pod.memo.put(
+                self.owner,
+                question,
+                asked.answer.clone(),
+                asked.failure.map(String::into_boxed_str),
+            );
+        }
+        asked.answer
+    }
+
+    /// Evaluates `expr` on a pod for [`Resolver::ask`]: its outputs (`None` on failure), the
+    /// failure message (also reported now) and whether the result may be remembered (not
+    /// when the deadline cut it short).
+    pub(super) fn evaluate(
+        &mut self,
+        expr: &Compiled,
+        pod: &Val,
+        component: &str,
+    ) -> (Option<Vec<Val>>, Option<String>, bool) {
+        match self.try_eval(expr, pod, &[], component) {
+            Ok(out) => (Some(out), None, true),
+            Err(Failure::Expired | Failure::Budget) => (None, None, false),
+            Err(Failure::Error(message)) => {
+                self.diags.push(
+                    WARNING,
+                    code::EVAL_ERROR,
+                    message.clone(),
+                    component,
+                    expr.source(),
+                );
+                (None, Some(message), true)
+            }
+        }
+    }
+
+    /// Evaluates on the root object.
+    pub(super) fn eval_root(&mut self, expr: &Compiled, component: &str) -> Option<Vec<Val>> {
+        let root = self.root_value();
+        self.eval_on(expr, &root, &[], component)
+    }
+
+    /// The root object as a jq value, unpacked once per resolution.
+    pub(super) fn root_value(&mut self) -> Val {
+        self.root
+            .get_or_insert_with(|| self.root_object.value())
+            .clone()
+    }
+
+    /// Evaluates on pod `i` and requires exactly one non-empty output, returned as text.
+    pub(super) fn pod_key(&mut self, expr: &Compiled, i: usize, component: &str) -> Option<String> {
+        let question = question(expr, KEY);
+        let answer = self.ask(i, question, Some(expr), component, |r, pod| {
+            let (out, failure, remember) = r.evaluate(expr, pod, component);
+            let key = match out.as_deref() {
+                Some([v]) if !matches!(v, Val::Null) => Some(to_text(v))
+                    .filter(|s| !s.is_empty())
+                    .map(String::into_boxed_str),
+                _ => None,
+            };
+            Asked {
+                answer: Answer::Text(key),
+                failure,
+                remember,
+            }
+        });
+        match answer {
+            Answer::Text(key) => key.map(String::from),
+            Answer::Flag(_) => None,
+        }
+    }
+}
