@@ -9,6 +9,7 @@
 
 pub mod diagnostics;
 mod evaluate;
+mod extract;
 mod gang;
 mod status;
 mod tree;
@@ -53,7 +54,7 @@ pub struct Input<'a> {
 #[derive(Debug, Clone)]
 pub struct Prepared {
     status: pb::Status,
-    specs: Vec<Vec<tree::InstanceSpec>>,
+    specs: Vec<Vec<extract::InstanceSpec>>,
     diagnostics: Vec<pb::Diagnostic>,
     /// `minMemberPath` results for this root version (see [`MinMemberKey`]).
     min_members: Arc<Mutex<HashMap<MinMemberKey, MinMember>>>,
