@@ -102,7 +102,11 @@ fn status(code: u16, reason: &str, message: &str) -> Value {
 }
 
 fn respond(code: StatusCode, body: &Value) -> Response<Body> {
-    let mut r = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    respond_bytes(code, Bytes::from(body.to_string()))
+}
+
+fn respond_bytes(code: StatusCode, body: Bytes) -> Response<Body> {
+    let mut r = Response::new(Full::new(body).boxed());
     *r.status_mut() = code;
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -286,6 +290,30 @@ impl FakeApiServer {
             .collect()
     }
 
+    /// A copy of the object with this uid, whatever its kind.
+    #[allow(dead_code)] // used by benches/e2e.rs
+    pub fn object(&self, uid: &str) -> Option<Value> {
+        self.lock()
+            .resources
+            .values()
+            .find_map(|r| r.objects.get(uid).cloned())
+    }
+
+    /// Forgets all but the last `keep` events, as the API server's compaction does: a watch
+    /// from a resourceVersion older than what is kept gets `410 Gone`; open watches go on.
+    #[allow(dead_code)] // used by benches/e2e.rs
+    pub fn compact(&self, keep: usize) {
+        let mut st = self.lock();
+        let forget = st.log.len().saturating_sub(keep);
+        let Some(last) = forget.checked_sub(1).map(|i| st.log[i].0) else {
+            return;
+        };
+        st.log.drain(..forget);
+        for r in st.resources.values_mut() {
+            r.expired_below = r.expired_below.max(last);
+        }
+    }
+
     /// Sends a BOOKMARK at the current resourceVersion to every open watch.
     pub fn bookmark(&self) {
         let mut st = self.lock();
@@ -444,14 +472,22 @@ impl FakeApiServer {
                 json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
                        "metadata": {"resourceVersion": rv.to_string()}, "items": items})
             } else {
-                let items: Vec<Value> = res
-                    .objects
-                    .values()
-                    .filter(|o| in_scope(o))
-                    .cloned()
-                    .collect();
-                json!({"apiVersion": res.group_version, "kind": format!("{}List", res.kind),
-                       "metadata": {"resourceVersion": rv.to_string()}, "items": items})
+                // Written item by item: a cluster-sized list is not cloned first.
+                let mut text = json!({"apiVersion": res.group_version,
+                                      "kind": format!("{}List", res.kind),
+                                      "metadata": {"resourceVersion": rv.to_string()}})
+                .to_string()
+                .into_bytes();
+                text.pop(); // the closing brace
+                text.extend_from_slice(b",\"items\":[");
+                for (i, o) in res.objects.values().filter(|o| in_scope(o)).enumerate() {
+                    if i > 0 {
+                        text.push(b',');
+                    }
+                    serde_json::to_writer(&mut text, o).expect("a JSON value serializes");
+                }
+                text.extend_from_slice(b"]}");
+                return respond_bytes(StatusCode::OK, Bytes::from(text));
             };
             return respond(StatusCode::OK, &list);
         }
@@ -498,10 +534,19 @@ impl FakeApiServer {
 
     /// Serves this fake over loopback HTTP and returns a kube client configured for it.
     pub async fn http_client(&self) -> ::kube::Client {
+        let port = self.listen().await.port();
+        let url: hyper::Uri = format!("http://127.0.0.1:{port}")
+            .parse()
+            .expect("loopback url");
+        ::kube::Client::try_from(::kube::Config::new(url)).expect("kube client over loopback")
+    }
+
+    /// Serves this fake over loopback HTTP (on the current runtime) and returns its address.
+    pub async fn listen(&self) -> std::net::SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
-        let port = listener.local_addr().expect("local addr").port();
+        let addr = listener.local_addr().expect("local addr");
         let fake = self.clone();
         tokio::spawn(async move {
             loop {
@@ -522,9 +567,6 @@ impl FakeApiServer {
                 });
             }
         });
-        let url: hyper::Uri = format!("http://127.0.0.1:{port}")
-            .parse()
-            .expect("loopback url");
-        ::kube::Client::try_from(::kube::Config::new(url)).expect("kube client over loopback")
+        addr
     }
 }
