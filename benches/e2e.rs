@@ -74,6 +74,14 @@ struct Options {
     hostile: Duration,
     manifests: bool,
     kube: bool,
+    /// Phases to run after start-up and the steady RSS: idle, events, reload, relist, hostile.
+    phases: String,
+}
+
+impl Options {
+    fn phase(&self, name: &str) -> bool {
+        self.phases.split(',').any(|p| p.trim() == name)
+    }
 }
 
 fn options() -> Options {
@@ -116,6 +124,7 @@ fn options() -> Options {
         hostile: secs("--hostile-secs", 10.0, 1.5),
         manifests: sources.contains("manifests"),
         kube: sources.contains("kube"),
+        phases: value("--phases").unwrap_or_else(|| "idle,events,reload,relist,hostile".to_owned()),
     }
 }
 
@@ -1102,6 +1111,9 @@ async fn startup_and_idle(k: &mut Kartograf, case: &Case<'_>, table: &mut Table)
         "≤ 4 KB/pod at 100k",
         case.pods < 100_000 || per_pod <= 4096.0,
     );
+    if !o.phase("idle") {
+        return channel;
+    }
     progress!("{}: idle for {:?}", case.name, o.idle);
     let a = usage(k.pid);
     tokio::time::sleep(o.idle).await;
@@ -1219,6 +1231,10 @@ async fn disruptions(
     table: &mut Table,
 ) {
     let o = case.o;
+    let relist = fake.is_some() && o.phase("relist");
+    if !o.phase("reload") && !relist {
+        return;
+    }
     let watch = WatchCounter::start(channel.clone()).await;
     let load = ResolveLoad::start(channel.clone(), case.targets.clone(), o.rate);
     let quiet_start = Instant::now();
@@ -1226,60 +1242,67 @@ async fn disruptions(
     let quiet_end = Instant::now();
     let mut windows: Vec<(String, Instant, Instant, String)> = Vec::new();
 
-    // 1. A definition file overriding the embedded JobSet definition (a renamed component).
-    let file = case.definitions.join(format!("{RELOADED}.yaml"));
-    let changed = changed_definition();
-    let revision0 = metric(&k.metrics().await, "kartograf_index_revision", &[]);
-    let t = Instant::now();
-    write_atomically(&file, &changed);
-    let published = loop {
-        let (_, origin, components) = definition_components(channel, RELOADED).await;
-        if origin.starts_with("directory") && components.iter().any(|c| c == "replicated-job") {
-            break t.elapsed();
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the changed definition was never published"
+    if o.phase("reload") {
+        // 1. A definition file overriding the embedded JobSet definition (a renamed component).
+        let file = case.definitions.join(format!("{RELOADED}.yaml"));
+        let changed = changed_definition();
+        let revision0 = metric(&k.metrics().await, "kartograf_index_revision", &[]);
+        progress!(
+            "{}: pid {}: overriding the JobSet definition",
+            case.name,
+            k.pid
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let settled =
-        revision_settled(k, t, Duration::from_millis(500), Duration::from_secs(120)).await;
-    let end = (t + o.window).max(settled + Duration::from_secs(1));
-    tokio::time::sleep_until(end.into()).await;
-    let revisions = metric(&k.metrics().await, "kartograf_index_revision", &[]) - revision0;
-    windows.push((
-        "Resolve during a catalog reload (JobSet definition overridden)".into(),
-        t,
-        end,
-        format!(
-            "published {}, workloads re-published until {:.2} s, {revisions:.0} revisions",
-            ms(published),
-            settled.duration_since(t).as_secs_f64()
-        ),
-    ));
-    tokio::time::sleep(o.window / 2).await;
+        let t = Instant::now();
+        write_atomically(&file, &changed);
+        let published = loop {
+            let (_, origin, components) = definition_components(channel, RELOADED).await;
+            if origin.starts_with("directory") && components.iter().any(|c| c == "replicated-job") {
+                break t.elapsed();
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "the changed definition was never published"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let settled =
+            revision_settled(k, t, Duration::from_millis(500), Duration::from_secs(120)).await;
+        let end = (t + o.window).max(settled + Duration::from_secs(1));
+        tokio::time::sleep_until(end.into()).await;
+        let revisions = metric(&k.metrics().await, "kartograf_index_revision", &[]) - revision0;
+        windows.push((
+            "Resolve during a catalog reload (JobSet definition overridden)".into(),
+            t,
+            end,
+            format!(
+                "published {}, workloads re-published until {:.2} s, {revisions:.0} revisions",
+                ms(published),
+                settled.duration_since(t).as_secs_f64()
+            ),
+        ));
+        tokio::time::sleep(o.window / 2).await;
 
-    // 2. The same file with a comment added: nothing changes.
-    let (generation0, _, _) = definition_components(channel, RELOADED).await;
-    let revision0 = metric(&k.metrics().await, "kartograf_index_revision", &[]);
-    let t = Instant::now();
-    write_atomically(&file, &format!("{changed}\n# a comment changes nothing\n"));
-    let end = t + o.window;
-    tokio::time::sleep_until(end.into()).await;
-    let (generation1, _, _) = definition_components(channel, RELOADED).await;
-    let revisions = metric(&k.metrics().await, "kartograf_index_revision", &[]) - revision0;
-    windows.push((
-        "Resolve during a comment-only definitions reload".into(),
-        t,
-        end,
-        format!(
-            "catalog generation {generation0} → {generation1}, {revisions:.0} revisions published"
-        ),
-    ));
+        // 2. The same file with a comment added: nothing changes.
+        let (generation0, _, _) = definition_components(channel, RELOADED).await;
+        let revision0 = metric(&k.metrics().await, "kartograf_index_revision", &[]);
+        let t = Instant::now();
+        write_atomically(&file, &format!("{changed}\n# a comment changes nothing\n"));
+        let end = t + o.window;
+        tokio::time::sleep_until(end.into()).await;
+        let (generation1, _, _) = definition_components(channel, RELOADED).await;
+        let revisions = metric(&k.metrics().await, "kartograf_index_revision", &[]) - revision0;
+        windows.push((
+            "Resolve during a comment-only definitions reload".into(),
+            t,
+            end,
+            format!(
+                "catalog generation {generation0} → {generation1}, {revisions:.0} revisions published"
+            ),
+        ));
+    }
 
     // 3. A full relist: 410 Gone on the pod watch.
-    if let Some(fake) = fake {
+    if let Some(fake) = fake.filter(|_| o.phase("relist")) {
         tokio::time::sleep(o.window / 2).await;
         let lists = |m: &str| {
             metric(
@@ -1291,6 +1314,7 @@ async fn disruptions(
         let lists0 = lists(&k.metrics().await);
         let peak = RssPeak::start(k.pid);
         let rss0 = rss_kib(k.pid);
+        progress!("{}: pid {}: expiring the pod watch", case.name, k.pid);
         let t = Instant::now();
         let reply = tokio::task::block_in_place(|| fake.command("expire /api/v1/pods"));
         assert_eq!(reply, "OK");
@@ -1568,15 +1592,16 @@ async fn baselines(o: &Options, scratch: &Scratch, table: &mut Table) -> (u64, u
         ));
         fake = Some(f);
     }
+    let mut serving = Vec::new();
     for (_, k) in &mut procs {
         let ch = k.channel().await;
-        k.wait_serving(&ch, Duration::from_secs(60)).await;
+        serving.push(k.wait_serving(&ch, Duration::from_secs(60)).await);
     }
     tokio::time::sleep(o.settle).await;
     let a: Vec<Usage> = procs.iter().map(|(_, k)| usage(k.pid)).collect();
     tokio::time::sleep(o.idle).await;
     let mut rss = (0, 0);
-    for ((what, k), a) in procs.iter_mut().zip(a) {
+    for (((what, k), a), serving) in procs.iter_mut().zip(a).zip(serving) {
         k.assert_alive();
         let act = activity(&a, &usage(k.pid));
         let r = rss_kib(k.pid);
@@ -1586,6 +1611,11 @@ async fn baselines(o: &Options, scratch: &Scratch, table: &mut Table) -> (u64, u
             rss.1 = r;
         }
         let case = format!("empty: {what}");
+        table.info(
+            &case,
+            "time to SERVING from process start",
+            format!("{:.2} s", serving.as_secs_f64()),
+        );
         table.info(&case, "RSS (the per-pod baseline)", mib(r));
         table.goal(
             &case,
@@ -1641,17 +1671,21 @@ async fn run(o: Options) -> Table {
             progress!("{}: starting (load average {})", case.name, load_average());
             let mut k = Kartograf::spawn(&Source::Manifests(dir.clone()), &case.definitions);
             let channel = startup_and_idle(&mut k, &case, &mut table).await;
-            let (files, rate, secs) = (case.files.clone(), o.events, o.event_secs);
-            under_events(
-                &mut k,
-                &case,
-                "workload files rewritten, each flipping Ready of all its pods",
-                &mut table,
-                move || file_events(files, rate, secs),
-            )
-            .await;
+            if o.phase("events") {
+                let (files, rate, secs) = (case.files.clone(), o.events, o.event_secs);
+                under_events(
+                    &mut k,
+                    &case,
+                    "workload files rewritten, each flipping Ready of all its pods",
+                    &mut table,
+                    move || file_events(files, rate, secs),
+                )
+                .await;
+            }
             disruptions(&mut k, &channel, &case, None, &mut table).await;
-            hostile(&mut k, &channel, &case, &mut table).await;
+            if o.phase("hostile") {
+                hostile(&mut k, &channel, &case, &mut table).await;
+            }
             table.info(&case.name, "load average at the end", load_average());
             drop(k);
             let _ = std::fs::remove_dir_all(&dir);
@@ -1685,7 +1719,7 @@ async fn run(o: Options) -> Table {
             // The fake's stdin/stdout are used from the blocking event task, then given back.
             let shared = Arc::new(Mutex::new(fake));
             let driver = shared.clone();
-            under_events(
+            let events = under_events(
                 &mut k,
                 &case,
                 "Ready flips through the fake API server's pod watch",
@@ -1698,8 +1732,12 @@ async fn run(o: Options) -> Table {
                         .and_then(|n| n.parse().ok())
                         .unwrap_or(0)
                 },
-            )
-            .await;
+            );
+            if o.phase("events") {
+                events.await;
+            } else {
+                drop(events);
+            }
             let mut fake = Arc::try_unwrap(shared)
                 .ok()
                 .expect("the event task ended")

@@ -1,6 +1,7 @@
 //! A scripted fake Kubernetes API server speaking the real list/watch protocol: discovery
 //! (`GET /api/v1`, `GET /apis/{group}/{version}` → APIResourceList, 404 when not served),
-//! cluster-wide lists (JSON List with `metadata.resourceVersion`) and chunked watches
+//! cluster-wide lists (JSON List with `metadata.resourceVersion`, in pages of `limit` items
+//! with `metadata.continue` tokens, as kube-rs asks for 500 at a time) and chunked watches
 //! (newline-delimited ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events, replayed from the
 //! requested resourceVersion), metadata-only list/watch for
 //! `Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` (items and event
@@ -69,6 +70,20 @@ pub struct Seen {
 fn partial(obj: &Value) -> Value {
     json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
            "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({}))})
+}
+
+/// A list continuation token: the last key of the page, hex-encoded (safe in a URL).
+fn continue_token(key: &str) -> String {
+    key.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The key a [`continue_token`] names (None for a malformed token).
+fn continue_key(token: &str) -> Option<String> {
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
 }
 
 /// The fake server; clones share state.
@@ -462,25 +477,48 @@ impl FakeApiServer {
             return not_found();
         };
         if !watch {
+            // Pages of `limit` items (as the real server answers, and kube-rs asks for 500),
+            // `metadata.continue` naming where the next page starts.
+            let limit: Option<usize> = query
+                .get("limit")
+                .and_then(|v| v.parse().ok())
+                .filter(|n| *n > 0);
+            let after = query.get("continue").and_then(|t| continue_key(t));
+            let from = match &after {
+                Some(k) => std::ops::Bound::Excluded(k.clone()),
+                None => std::ops::Bound::Unbounded,
+            };
+            let mut page: Vec<(&String, &Value)> = Vec::new();
+            let mut more = false;
+            for (k, o) in res
+                .objects
+                .range::<String, _>((from, std::ops::Bound::Unbounded))
+                .filter(|(_, o)| in_scope(o))
+            {
+                if limit.is_some_and(|l| page.len() == l) {
+                    more = true;
+                    break;
+                }
+                page.push((k, o));
+            }
+            let mut meta = json!({"resourceVersion": rv.to_string()});
+            if more && let Some((k, _)) = page.last() {
+                meta["continue"] = json!(continue_token(k));
+            }
             let list = if metadata {
-                let items: Vec<Value> = res
-                    .objects
-                    .values()
-                    .filter(|o| in_scope(o))
-                    .map(partial)
-                    .collect();
+                let items: Vec<Value> = page.iter().map(|(_, o)| partial(o)).collect();
                 json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
-                       "metadata": {"resourceVersion": rv.to_string()}, "items": items})
+                       "metadata": meta, "items": items})
             } else {
                 // Written item by item: a cluster-sized list is not cloned first.
                 let mut text = json!({"apiVersion": res.group_version,
                                       "kind": format!("{}List", res.kind),
-                                      "metadata": {"resourceVersion": rv.to_string()}})
+                                      "metadata": meta})
                 .to_string()
                 .into_bytes();
                 text.pop(); // the closing brace
                 text.extend_from_slice(b",\"items\":[");
-                for (i, o) in res.objects.values().filter(|o| in_scope(o)).enumerate() {
+                for (i, (_, o)) in page.iter().enumerate() {
                     if i > 0 {
                         text.push(b',');
                     }
