@@ -13,15 +13,18 @@
 //! through rewritten manifest files in (a)); `Resolve` latency at 200 calls/s of random
 //! workloads during a catalog reload (a `--definitions` file overriding the JobSet
 //! definition, then a comment-only edit of it) and, in (b), during a full relist of every
-//! pod (`410 Gone` on the pod watch); and (issue #11) health `Check`, admin `/livez` and
+//! pod (`410 Gone` on the pod watch) and while `/metrics` is scraped back to back; and
+//! (issue #11) health `Check`, admin `/livez` and
 //! `Resolve` of an unaffected workload while 2 × cores hostile `ValidateDefinition` calls
 //! run, against the same probes without them.
 //!
 //! Run: `cargo bench --bench e2e` (options: `-- --pods 10000,100000 --settle 30 --idle 60
 //! --events 2000 --event-secs 10 --window 5 --rate 200 --hostile-secs 10 --sources
-//! manifests,kube`). Progress goes to stderr, the results table to stdout. Without
+//! manifests,kube --phases idle,events,reload,scrape,relist,hostile`). Progress goes to stderr, the results table to stdout. Without
 //! `--bench` (as `cargo test --benches` runs it) it does a short smoke run on 1,000 pods
-//! that fails on any error but judges no goal.
+//! that fails on any error but judges no goal. `KARTOGRAF_E2E_PERF=DIR` records every
+//! kartograf process with `perf record` into DIR (profiling only: perf's own cost then
+//! shows in the figures).
 
 #[path = "synth/mod.rs"]
 mod synth;
@@ -74,7 +77,8 @@ struct Options {
     hostile: Duration,
     manifests: bool,
     kube: bool,
-    /// Phases to run after start-up and the steady RSS: idle, events, reload, relist, hostile.
+    /// Phases to run after start-up and the steady RSS: idle, events, reload, scrape, relist,
+    /// hostile.
     phases: String,
 }
 
@@ -124,7 +128,8 @@ fn options() -> Options {
         hostile: secs("--hostile-secs", 10.0, 1.5),
         manifests: sources.contains("manifests"),
         kube: sources.contains("kube"),
-        phases: value("--phases").unwrap_or_else(|| "idle,events,reload,relist,hostile".to_owned()),
+        phases: value("--phases")
+            .unwrap_or_else(|| "idle,events,reload,scrape,relist,hostile".to_owned()),
     }
 }
 
@@ -430,8 +435,9 @@ fn set_ready(pod: &mut Json, ready: bool) -> bool {
 
 /// Entry point of the re-executed binary: serves `pods` synthetic pods (0: the same kinds,
 /// no objects) over loopback HTTP, prints `READY <port> <objects>`, then follows commands
-/// on stdin: `events <rate> <seconds>` (Ready flips, answered `DONE <n>`), `expire <path>`
-/// (410 Gone on open watches of `path`, answered `OK`), `quit`.
+/// on stdin: `events <rate> <seconds>` (Ready flips, answered `DONE <n>`), `delete-silently`
+/// (one pod removed without a DELETED event, `OK`), `expire <path>` (410 Gone on open
+/// watches of `path`, `OK`), `quit`.
 fn fake_apiserver_main(pods: usize) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -506,6 +512,12 @@ fn fake_apiserver_main(pods: usize) {
                     std::thread::sleep(Duration::from_millis(2));
                 }
                 writeln!(out, "DONE {sent}").expect("stdout");
+            }
+            ["delete-silently"] => {
+                if let Some(uid) = pod_uids.pop() {
+                    fake.delete(&uid, true);
+                }
+                writeln!(out, "OK").expect("stdout");
             }
             ["expire", path] => {
                 fake.expire(path);
@@ -621,6 +633,8 @@ struct Kartograf {
     admin: SocketAddr,
     started: Instant,
     log: Arc<Mutex<VecDeque<String>>>,
+    /// `perf record` attached to the process (with `KARTOGRAF_E2E_PERF`).
+    perf: Option<Child>,
 }
 
 impl Kartograf {
@@ -651,6 +665,7 @@ impl Kartograf {
         let started = Instant::now();
         let mut child = command.spawn().expect("spawn kartograf");
         let pid = child.id();
+        let perf = perf_attach(pid);
         let stderr = child.stderr.take().expect("stderr");
         let log = Arc::new(Mutex::new(VecDeque::new()));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -684,6 +699,7 @@ impl Kartograf {
             admin,
             started,
             log,
+            perf,
         }
     }
 
@@ -740,9 +756,41 @@ impl Kartograf {
 
 impl Drop for Kartograf {
     fn drop(&mut self) {
+        if let Some(mut perf) = self.perf.take() {
+            // perf writes its file on SIGINT.
+            let _ = Command::new("kill")
+                .args(["-INT", &perf.id().to_string()])
+                .status();
+            let _ = perf.wait();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// With `KARTOGRAF_E2E_PERF=DIR`, records the process with `perf` (call graphs) into
+/// `DIR/kartograf-<pid>.data` until it is stopped: a profiling aid, not a figure.
+fn perf_attach(pid: u32) -> Option<Child> {
+    let dir = std::env::var_os("KARTOGRAF_E2E_PERF")?;
+    let out = PathBuf::from(dir).join(format!("kartograf-{pid}.data"));
+    progress!("perf recording pid {pid} into {}", out.display());
+    Command::new("perf")
+        .args([
+            "record",
+            "-F",
+            "99",
+            "-g",
+            "--call-graph",
+            "dwarf,8192",
+            "-p",
+        ])
+        .arg(pid.to_string())
+        .arg("-o")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
 }
 
 /// The gRPC and admin addresses from the `kartograf serving` log line (JSON format).
@@ -894,6 +942,36 @@ impl WatchCounter {
         WatchCounter { events, task }
     }
 
+    /// When the last event arrived, if any arrived after `since`.
+    fn last_after(&self, since: Instant) -> Option<Instant> {
+        let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        events.last().map(|(at, _)| *at).filter(|at| *at >= since)
+    }
+
+    /// Waits until no event arrived for `quiet` (and, with `first`, until one arrived after
+    /// `since` at all); returns when the last one arrived (`since` if none).
+    async fn settled(
+        &self,
+        since: Instant,
+        quiet: Duration,
+        first: bool,
+        limit: Duration,
+    ) -> Instant {
+        loop {
+            let last = self.last_after(since);
+            let from = last.unwrap_or(since);
+            if (last.is_some() || !first) && from.elapsed() >= quiet {
+                return from;
+            }
+            assert!(
+                since.elapsed() < limit,
+                "no Watch event {:?} after the change",
+                limit
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     fn finish(self) -> WatchEvents {
         self.task.abort();
         let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
@@ -1041,26 +1119,6 @@ async fn definition_components(channel: &Channel, name: &str) -> (u64, String, V
     )
 }
 
-/// Waits until the index revision has not moved for `quiet`; returns when it last moved.
-async fn revision_settled(
-    k: &Kartograf,
-    since: Instant,
-    quiet: Duration,
-    limit: Duration,
-) -> Instant {
-    let mut last = metric(&k.metrics().await, "kartograf_index_revision", &[]);
-    let mut moved = since;
-    while moved.elapsed() < quiet && since.elapsed() < limit {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = metric(&k.metrics().await, "kartograf_index_revision", &[]);
-        if now != last {
-            last = now;
-            moved = Instant::now();
-        }
-    }
-    moved
-}
-
 /// A case's fixed inputs.
 struct Case<'a> {
     name: String,
@@ -1080,6 +1138,15 @@ async fn startup_and_idle(k: &mut Kartograf, case: &Case<'_>, table: &mut Table)
     let serving = k.wait_serving(&channel, Duration::from_secs(600)).await;
     let rss_serving = rss_kib(k.pid);
     let hwm = status_kib(k.pid, "VmHWM:");
+    // Everything the process did so far is start-up work.
+    let startup = activity(
+        &Usage {
+            at: k.started,
+            ticks: 0,
+            threads: Vec::new(),
+        },
+        &usage(k.pid),
+    );
     table.goal(
         &case.name,
         "time to SERVING from process start",
@@ -1091,6 +1158,11 @@ async fn startup_and_idle(k: &mut Kartograf, case: &Case<'_>, table: &mut Table)
         ),
         "≤ 5 s at 100k pods",
         case.pods < 100_000 || serving <= Duration::from_secs(5),
+    );
+    table.info(
+        &case.name,
+        "start-up CPU by thread (name×count CPU% of the time to SERVING)",
+        format!("{:.0}% in all: {}", startup.cpu, describe_threads(&startup)),
     );
     progress!("{}: settling {:?}", case.name, o.settle);
     tokio::time::sleep(o.settle).await;
@@ -1135,6 +1207,27 @@ async fn startup_and_idle(k: &mut Kartograf, case: &Case<'_>, table: &mut Table)
         &case.name,
         "idle threads (name×count CPU% switches/s)",
         describe_threads(&idle),
+    );
+    // What a Prometheus scrape costs at this size (each scrape on a new connection).
+    let a = usage(k.pid);
+    let mut took = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..3 {
+        let t = Instant::now();
+        bytes = k.metrics().await.len();
+        took.push(t.elapsed());
+    }
+    let b = usage(k.pid);
+    took.sort();
+    table.info(
+        &case.name,
+        "/metrics scrape (median of 3)",
+        format!(
+            "{} for {:.1} MB; {:.0} ms of CPU each",
+            ms(took[1]),
+            bytes as f64 / 1e6,
+            b.ticks.saturating_sub(a.ticks) as f64 / clock_ticks() * 1e3 / 3.0
+        ),
     );
     channel
 }
@@ -1232,7 +1325,7 @@ async fn disruptions(
 ) {
     let o = case.o;
     let relist = fake.is_some() && o.phase("relist");
-    if !o.phase("reload") && !relist {
+    if !o.phase("reload") && !o.phase("scrape") && !relist {
         return;
     }
     let watch = WatchCounter::start(channel.clone()).await;
@@ -1246,7 +1339,6 @@ async fn disruptions(
         // 1. A definition file overriding the embedded JobSet definition (a renamed component).
         let file = case.definitions.join(format!("{RELOADED}.yaml"));
         let changed = changed_definition();
-        let revision0 = metric(&k.metrics().await, "kartograf_index_revision", &[]);
         progress!(
             "{}: pid {}: overriding the JobSet definition",
             case.name,
@@ -1265,17 +1357,23 @@ async fn disruptions(
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        let settled =
-            revision_settled(k, t, Duration::from_millis(500), Duration::from_secs(120)).await;
+        // The JobSets' new graphs reach a Watch subscriber.
+        let settled = watch
+            .settled(
+                t,
+                Duration::from_millis(500),
+                true,
+                Duration::from_secs(120),
+            )
+            .await;
         let end = (t + o.window).max(settled + Duration::from_secs(1));
         tokio::time::sleep_until(end.into()).await;
-        let revisions = metric(&k.metrics().await, "kartograf_index_revision", &[]) - revision0;
         windows.push((
             "Resolve during a catalog reload (JobSet definition overridden)".into(),
             t,
             end,
             format!(
-                "published {}, workloads re-published until {:.2} s, {revisions:.0} revisions",
+                "definition listed after {}, last changed graph sent after {:.2} s",
                 ms(published),
                 settled.duration_since(t).as_secs_f64()
             ),
@@ -1284,56 +1382,108 @@ async fn disruptions(
 
         // 2. The same file with a comment added: nothing changes.
         let (generation0, _, _) = definition_components(channel, RELOADED).await;
-        let revision0 = metric(&k.metrics().await, "kartograf_index_revision", &[]);
         let t = Instant::now();
         write_atomically(&file, &format!("{changed}\n# a comment changes nothing\n"));
         let end = t + o.window;
         tokio::time::sleep_until(end.into()).await;
         let (generation1, _, _) = definition_components(channel, RELOADED).await;
-        let revisions = metric(&k.metrics().await, "kartograf_index_revision", &[]) - revision0;
         windows.push((
             "Resolve during a comment-only definitions reload".into(),
             t,
             end,
-            format!(
-                "catalog generation {generation0} → {generation1}, {revisions:.0} revisions published"
-            ),
+            format!("catalog generation {generation0} → {generation1}"),
         ));
     }
 
-    // 3. A full relist: 410 Gone on the pod watch.
+    // 3. A /metrics scraper asking back to back (as several Prometheus servers, or one with a
+    // short interval, might).
+    // Alone, then 200 pod changes per second alone, then both (as in any live cluster).
+    let mut fake = fake;
+    let combinations = [(true, false), (false, true), (true, true)];
+    for (scraping, changing) in combinations.into_iter().filter(|_| o.phase("scrape")) {
+        tokio::time::sleep(o.window / 2).await;
+        progress!(
+            "{}: pid {}: scraping {scraping}, pods changing {changing}",
+            case.name,
+            k.pid
+        );
+        let t = Instant::now();
+        let end = t + o.window;
+        let admin = k.admin;
+        let scraper = tokio::spawn(async move {
+            let (mut took, mut bytes) = (Vec::new(), 0);
+            while scraping && Instant::now() < end {
+                let s = Instant::now();
+                bytes = http_get(admin, "/metrics").await.1.len();
+                took.push(s.elapsed());
+            }
+            (took, bytes)
+        });
+        if changing {
+            let (rate, secs) = (200.0, o.window);
+            match fake.as_deref_mut() {
+                Some(f) => {
+                    let reply = tokio::task::block_in_place(|| {
+                        f.command(&format!("events {rate} {}", secs.as_secs_f64()))
+                    });
+                    assert!(reply.starts_with("DONE"), "{reply}");
+                }
+                None => {
+                    let files = case.files.clone();
+                    tokio::task::spawn_blocking(move || file_events(files, rate, secs))
+                        .await
+                        .expect("file events");
+                }
+            }
+        }
+        let (mut took, bytes) = scraper.await.expect("scraper");
+        took.sort();
+        let what = match (scraping, changing) {
+            (true, false) => "Resolve while /metrics is scraped back to back",
+            (false, _) => "Resolve while 200 pods/s change (no scrape)",
+            (true, true) => "Resolve while /metrics is scraped back to back and 200 pods/s change",
+        };
+        let note = if scraping {
+            format!(
+                "{} scrapes of {:.1} MB, median {}, max {}",
+                took.len(),
+                bytes as f64 / 1e6,
+                ms(percentile(&took, 0.5)),
+                ms(took.last().copied().unwrap_or_default())
+            )
+        } else {
+            "no scrape".to_owned()
+        };
+        tokio::time::sleep_until(end.into()).await;
+        windows.push((what.into(), t, end, note));
+    }
+
+    // 4. A full relist: 410 Gone on the pod watch.
     if let Some(fake) = fake.filter(|_| o.phase("relist")) {
         tokio::time::sleep(o.window / 2).await;
-        let lists = |m: &str| {
-            metric(
-                m,
-                "kartograf_informer_events_total",
-                &["/v1/Pod\"", "type=\"list\""],
-            )
-        };
-        let lists0 = lists(&k.metrics().await);
+        // One pod vanishes without a DELETED event: only the relist can tell, and the
+        // workload's changed graph reaching the Watch subscriber marks the relist done.
+        let reply = tokio::task::block_in_place(|| fake.command("delete-silently"));
+        assert_eq!(reply, "OK");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            watch
+                .last_after(Instant::now() - Duration::from_secs(1))
+                .is_none(),
+            "a silent delete was seen before the relist"
+        );
         let peak = RssPeak::start(k.pid);
         let rss0 = rss_kib(k.pid);
         progress!("{}: pid {}: expiring the pod watch", case.name, k.pid);
         let t = Instant::now();
         let reply = tokio::task::block_in_place(|| fake.command("expire /api/v1/pods"));
         assert_eq!(reply, "OK");
-        let relisted = loop {
-            if lists(&k.metrics().await) > lists0 {
-                break t.elapsed();
-            }
-            k.assert_alive();
-            assert!(
-                t.elapsed() < Duration::from_secs(300),
-                "the pods were never relisted"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        let settled =
-            revision_settled(k, t, Duration::from_millis(500), Duration::from_secs(120)).await;
-        let end = (t + o.window)
-            .max(t + relisted + Duration::from_secs(1))
-            .max(settled + Duration::from_secs(1));
+        let relisted = watch
+            .settled(t, Duration::ZERO, true, Duration::from_secs(300))
+            .await
+            .duration_since(t);
+        k.assert_alive();
+        let end = (t + o.window).max(t + relisted + Duration::from_secs(1));
         tokio::time::sleep_until(end.into()).await;
         let peak = peak.finish();
         windows.push((
