@@ -1,6 +1,7 @@
 //! A scripted fake Kubernetes API server speaking the real list/watch protocol: discovery
 //! (`GET /api/v1`, `GET /apis/{group}/{version}` → APIResourceList, 404 when not served),
-//! cluster-wide lists (JSON List with `metadata.resourceVersion`) and chunked watches
+//! cluster-wide lists (JSON List with `metadata.resourceVersion`, in pages of `limit` items
+//! with `metadata.continue` tokens, as kube-rs asks for 500 at a time) and chunked watches
 //! (newline-delimited ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events, replayed from the
 //! requested resourceVersion), metadata-only list/watch for
 //! `Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` (items and event
@@ -71,6 +72,20 @@ fn partial(obj: &Value) -> Value {
            "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({}))})
 }
 
+/// A list continuation token: the last key of the page, hex-encoded (safe in a URL).
+fn continue_token(key: &str) -> String {
+    key.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The key a [`continue_token`] names (None for a malformed token).
+fn continue_key(token: &str) -> Option<String> {
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
 /// The fake server; clones share state.
 #[derive(Clone, Default)]
 pub struct FakeApiServer {
@@ -102,7 +117,11 @@ fn status(code: u16, reason: &str, message: &str) -> Value {
 }
 
 fn respond(code: StatusCode, body: &Value) -> Response<Body> {
-    let mut r = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    respond_bytes(code, Bytes::from(body.to_string()))
+}
+
+fn respond_bytes(code: StatusCode, body: Bytes) -> Response<Body> {
+    let mut r = Response::new(Full::new(body).boxed());
     *r.status_mut() = code;
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -286,6 +305,30 @@ impl FakeApiServer {
             .collect()
     }
 
+    /// A copy of the object with this uid, whatever its kind.
+    #[allow(dead_code)] // used by benches/e2e.rs
+    pub fn object(&self, uid: &str) -> Option<Value> {
+        self.lock()
+            .resources
+            .values()
+            .find_map(|r| r.objects.get(uid).cloned())
+    }
+
+    /// Forgets all but the last `keep` events, as the API server's compaction does: a watch
+    /// from a resourceVersion older than what is kept gets `410 Gone`; open watches go on.
+    #[allow(dead_code)] // used by benches/e2e.rs
+    pub fn compact(&self, keep: usize) {
+        let mut st = self.lock();
+        let forget = st.log.len().saturating_sub(keep);
+        let Some(last) = forget.checked_sub(1).map(|i| st.log[i].0) else {
+            return;
+        };
+        st.log.drain(..forget);
+        for r in st.resources.values_mut() {
+            r.expired_below = r.expired_below.max(last);
+        }
+    }
+
     /// Sends a BOOKMARK at the current resourceVersion to every open watch.
     pub fn bookmark(&self) {
         let mut st = self.lock();
@@ -434,24 +477,55 @@ impl FakeApiServer {
             return not_found();
         };
         if !watch {
+            // Pages of `limit` items (as the real server answers, and kube-rs asks for 500),
+            // `metadata.continue` naming where the next page starts.
+            let limit: Option<usize> = query
+                .get("limit")
+                .and_then(|v| v.parse().ok())
+                .filter(|n| *n > 0);
+            let after = query.get("continue").and_then(|t| continue_key(t));
+            let from = match &after {
+                Some(k) => std::ops::Bound::Excluded(k.clone()),
+                None => std::ops::Bound::Unbounded,
+            };
+            let mut page: Vec<(&String, &Value)> = Vec::new();
+            let mut more = false;
+            for (k, o) in res
+                .objects
+                .range::<String, _>((from, std::ops::Bound::Unbounded))
+                .filter(|(_, o)| in_scope(o))
+            {
+                if limit.is_some_and(|l| page.len() == l) {
+                    more = true;
+                    break;
+                }
+                page.push((k, o));
+            }
+            let mut meta = json!({"resourceVersion": rv.to_string()});
+            if more && let Some((k, _)) = page.last() {
+                meta["continue"] = json!(continue_token(k));
+            }
             let list = if metadata {
-                let items: Vec<Value> = res
-                    .objects
-                    .values()
-                    .filter(|o| in_scope(o))
-                    .map(partial)
-                    .collect();
+                let items: Vec<Value> = page.iter().map(|(_, o)| partial(o)).collect();
                 json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
-                       "metadata": {"resourceVersion": rv.to_string()}, "items": items})
+                       "metadata": meta, "items": items})
             } else {
-                let items: Vec<Value> = res
-                    .objects
-                    .values()
-                    .filter(|o| in_scope(o))
-                    .cloned()
-                    .collect();
-                json!({"apiVersion": res.group_version, "kind": format!("{}List", res.kind),
-                       "metadata": {"resourceVersion": rv.to_string()}, "items": items})
+                // Written item by item: a cluster-sized list is not cloned first.
+                let mut text = json!({"apiVersion": res.group_version,
+                                      "kind": format!("{}List", res.kind),
+                                      "metadata": meta})
+                .to_string()
+                .into_bytes();
+                text.pop(); // the closing brace
+                text.extend_from_slice(b",\"items\":[");
+                for (i, (_, o)) in page.iter().enumerate() {
+                    if i > 0 {
+                        text.push(b',');
+                    }
+                    serde_json::to_writer(&mut text, o).expect("a JSON value serializes");
+                }
+                text.extend_from_slice(b"]}");
+                return respond_bytes(StatusCode::OK, Bytes::from(text));
             };
             return respond(StatusCode::OK, &list);
         }
@@ -504,10 +578,15 @@ impl FakeApiServer {
 
     /// Serves this fake over loopback HTTP (until the runtime ends); returns its base URL.
     pub async fn serve_http(&self) -> String {
+        format!("http://{}", self.listen().await)
+    }
+
+    /// Serves this fake over loopback HTTP (on the current runtime) and returns its address.
+    pub async fn listen(&self) -> std::net::SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
-        let port = listener.local_addr().expect("local addr").port();
+        let addr = listener.local_addr().expect("local addr");
         let fake = self.clone();
         tokio::spawn(async move {
             loop {
@@ -528,6 +607,6 @@ impl FakeApiServer {
                 });
             }
         });
-        format!("http://127.0.0.1:{port}")
+        addr
     }
 }
