@@ -70,6 +70,16 @@ impl Catalog {
         }
     }
 
+    /// Whether `other` holds the very same definitions (shared, not merely equal).
+    pub fn same_definitions(&self, other: &Catalog) -> bool {
+        self.by_gvk.len() == other.by_gvk.len()
+            && self
+                .by_gvk
+                .iter()
+                .zip(&other.by_gvk)
+                .all(|((a, x), (b, y))| a == b && Arc::ptr_eq(x, y))
+    }
+
     /// The embedded catalog alone.
     pub fn embedded() -> Result<Catalog, Vec<DefinitionError>> {
         let (defs, errors) = load_embedded();

@@ -100,8 +100,8 @@ impl Batch<'_> {
     }
 
     /// Re-resolves what a catalog change can affect: the objects of every kind whose
-    /// definitions changed since `previous` (and, through them, the workloads they belong
-    /// to and the objects they own).
+    /// definitions changed since `previous` and the objects such a kind controls (and,
+    /// through them, the workloads they belong to and the objects they own).
     pub fn reresolve_since(&mut self, previous: &Catalog) {
         let catalog = self.index.catalog.load_full();
         let changed = catalog.changed_kinds(previous);
@@ -113,8 +113,15 @@ impl Batch<'_> {
             .entries
             .iter()
             .filter(|(_, e)| {
-                let gvk = e.cached.meta().gvk();
+                // Objects of a changed kind, and objects a changed kind controls (their
+                // controller may not be cached: only named in the owner reference).
+                let meta = e.cached.meta();
+                let gvk = meta.gvk();
                 changed.contains(&(gvk.group, gvk.kind))
+                    || meta.controller().is_some_and(|o| {
+                        let gvk = o.gvk();
+                        changed.contains(&(gvk.group, gvk.kind))
+                    })
             })
             .map(|(uid, _)| uid.clone())
             .collect();

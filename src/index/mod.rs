@@ -76,7 +76,9 @@ impl Writer {
     }
 }
 
-type PreparedKey = (Uid, u64, u64);
+/// A root and the definition evaluating it; the value holds the root version it was
+/// prepared for (one entry per root: a new version replaces the old one).
+type PreparedKey = (Uid, u64);
 
 /// Two versions of a pod agree on everything accounting and the graph read besides the
 /// definition's questions.
@@ -138,7 +140,7 @@ pub struct Index {
     catalog: ArcSwap<Catalog>,
     limits: Limits,
     resolve_timeout: Duration,
-    prepared: moka::sync::Cache<PreparedKey, Arc<Prepared>>,
+    prepared: moka::sync::Cache<PreparedKey, (u64, Arc<Prepared>)>,
     /// The cluster every graph names (`Workload.cluster`; empty: none).
     cluster: Arc<str>,
     /// Whether metrics label per-workload series with the cluster.
@@ -614,10 +616,12 @@ impl Index {
                 }
             }
         }
-        let notes = std::iter::once(uid)
-            .chain(pods.iter().map(|(u, _)| u))
+        // Source notes of the root, the intermediates and the pods (all walked above).
+        let mut notes: Vec<Arc<str>> = seen
+            .iter()
             .filter_map(|u| objects.notes.get(u).cloned())
             .collect();
+        notes.sort();
         Gathered::Root {
             root,
             version: entry.version,
@@ -644,16 +648,20 @@ impl Index {
             name = %root.meta.name
         )
         .entered();
-        let key = (uid.clone(), version, lookup.definition.id());
+        let key = (uid.clone(), lookup.definition.id());
         let prepared = match self.prepared.get(&key) {
-            Some(p) => p,
-            None => {
+            Some((v, p)) if v == version => p,
+            _ => {
                 let p = Arc::new(resolve::prepare(
                     &lookup.definition,
                     root,
                     Some(Instant::now() + self.resolve_timeout),
                 ));
-                self.prepared.insert(key, p.clone());
+                if p.is_partial() {
+                    self.prepared.invalidate(&key);
+                } else {
+                    self.prepared.insert(key, (version, p.clone()));
+                }
                 p
             }
         };

@@ -3,6 +3,7 @@
 use super::names::Name;
 use super::objects::Graph;
 use super::{Change, Index, Published};
+use crate::model::ownership::{Root, root_of};
 use crate::proto::v1 as pb;
 use std::sync::Arc;
 
@@ -257,7 +258,19 @@ impl Index {
                 objects.uid(&r.uid)
             };
             let entry = objects.entries.get(&uid).ok_or(PodMiss::NotCached)?;
-            (uid, entry.root.clone().ok_or(PodMiss::InNoWorkload)?)
+            let root = entry.root.clone().ok_or(PodMiss::InNoWorkload)?;
+            // The root last resolved with the pod, if the pod's controller chain still
+            // leads there (it may have moved to an owner that is not cached).
+            let catalog = self.catalog.load();
+            let still = match root_of(entry.cached.meta(), &Graph(&objects.entries), &catalog) {
+                Root::Itself => root == uid,
+                Root::Owner(owner) => owner.uid == *root,
+                Root::Uncovered(_) => false,
+            };
+            if !still {
+                return Err(PodMiss::InNoWorkload);
+            }
+            (uid, root)
         };
         let w = self.board.get(&root).ok_or(PodMiss::InNoWorkload)?;
         let placement = w.placements.get(&uid).unwrap_or_default();

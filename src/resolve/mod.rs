@@ -69,6 +69,19 @@ type MinMember = (Option<u32>, Vec<pb::Diagnostic>);
 /// Remembered `minMemberPath` results per root version at most (then forgotten at once).
 const MAX_MIN_MEMBERS: usize = 64;
 
+impl Prepared {
+    /// Whether an evaluation was cut short (deadline, budget, quarantine): such answers
+    /// are not to be remembered, since the next try may complete.
+    pub fn is_partial(&self) -> bool {
+        self.diagnostics.iter().any(|d| {
+            matches!(
+                d.code.as_str(),
+                code::DEADLINE | code::BUDGET_EXCEEDED | code::QUARANTINED
+            )
+        })
+    }
+}
+
 /// Evaluates everything that depends only on the definition and the root object.
 pub fn prepare(definition: &Definition, root: &Object, deadline: Option<Instant>) -> Prepared {
     let input = Input {

@@ -164,6 +164,7 @@ impl Reloader {
                     let e = DefinitionError::unreadable(&c.path.display().to_string(), why);
                     tracing::warn!(error = %e, "definition file unreadable; its last good version stays active");
                     self.errors.insert(c.path.clone(), vec![e]);
+                    self.tracker.unreadable(c);
                     changed = true;
                     continue;
                 }

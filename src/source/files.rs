@@ -229,6 +229,10 @@ impl<T> Default for Tracker<T> {
     }
 }
 
+/// The content hash recorded for a file that could not be read (no content matches it, but
+/// for a chance of one in 2^64).
+const UNREAD: u64 = 0;
+
 fn hash(bytes: &[u8]) -> u64 {
     use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
     BuildHasherDefault::<DefaultHasher>::default().hash_one(bytes)
@@ -311,6 +315,18 @@ impl<T> Tracker<T> {
         k.hash = hash;
     }
 
+    /// Records a candidate that could not be read: it keeps its last good payload, it is
+    /// known (so its removal is seen), and whatever it holds next counts as changed.
+    pub fn unreadable(&mut self, c: &Candidate) {
+        let k = self.known.entry(c.path.clone()).or_insert(Known {
+            stamp: c.stamp,
+            hash: UNREAD,
+            payload: None,
+        });
+        k.stamp = c.stamp;
+        k.hash = UNREAD;
+    }
+
     /// How many files this tracker has read.
     pub fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
@@ -377,8 +393,10 @@ impl DirWatch {
                 }
             }
         });
+        // Event paths are absolute: so must the root be that they are matched against.
+        let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
         let mut w = DirWatch {
-            root: root.to_path_buf(),
+            root,
             watcher: None,
             watched: None,
             events: raw_tx,

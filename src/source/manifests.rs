@@ -171,6 +171,7 @@ impl ManifestSet {
                     Outcome::Unreadable(why) => {
                         tracing::warn!(file = %c.path.display(), "cannot read a manifest file (its last good objects stay): {why}");
                         self.problems.insert(c.path.clone(), why);
+                        self.tracker.unreadable(&c);
                     }
                     Outcome::Failed(hash, e) => {
                         tracing::warn!(file = %c.path.display(), "a manifest file does not parse; its last good objects stay: {e}");

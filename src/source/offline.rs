@@ -24,8 +24,9 @@ pub struct Snapshot {
     seen: HashMap<String, String>,
     /// Documents that were skipped or defined twice, owner cycles: with the reason.
     pub warnings: Vec<String>,
-    /// The index over `objects` for the catalog last asked about.
-    index: Mutex<Option<(usize, Arc<Index>)>>,
+    /// The index over `objects` for the catalog last asked about (kept to tell whether the
+    /// next catalog holds the same definitions).
+    index: Mutex<Option<(Catalog, Arc<Index>)>>,
 }
 
 /// Why a workload could not be resolved from a snapshot.
@@ -112,10 +113,9 @@ impl Snapshot {
     /// The index over the snapshot for `catalog` (built on first use per catalog; objects
     /// are stored, nothing is resolved until asked).
     pub fn index(&self, catalog: &Catalog) -> Arc<Index> {
-        let key = std::ptr::from_ref(catalog) as usize;
         let mut slot = self.index.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((k, index)) = slot.as_ref()
-            && *k == key
+        if let Some((seen, index)) = slot.as_ref()
+            && seen.same_definitions(catalog)
         {
             return index.clone();
         }
@@ -127,7 +127,7 @@ impl Snapshot {
             }
             batch.skip_resolution();
         }
-        *slot = Some((key, index.clone()));
+        *slot = Some((catalog.clone(), index.clone()));
         index
     }
 

@@ -156,6 +156,30 @@ pub const BOMBS: &[(&str, &str)] = &[
         "transpose of a generated matrix",
         "[.spec.items[] | [.spec.items[]?, .value]] | [range(1000) as $i | .] | transpose | length",
     ),
+    (
+        "split of a big string into one-character parts",
+        r#""a" * 60000000 | . / """#,
+    ),
+    (
+        "fromjson of many small containers",
+        r#""[" + ("{}," * 4000000) + "{}]" | fromjson | length"#,
+    ),
+    (
+        "@html of a big string of escapes",
+        r#""<" * 60000000 | @html | length"#,
+    ),
+    (
+        "trim of a big string in a loop",
+        r#"" " * 10000000 | . as $s | reduce range(1000) as $i (0; . + ($s | trim | length))"#,
+    ),
+    (
+        "startswith of a big string in a loop",
+        r#""a" * 10000000 | . as $s | reduce range(1000) as $i (0; if ($s | startswith($s)) then . + 1 else . end)"#,
+    ),
+    (
+        "merge copying a shared big object in a loop",
+        r#"([.spec.items | keys[] | {key: "k\(.)", value: .}] | from_entries) as $big | reduce range(1000) as $i (0; ($big * {}) | length)"#,
+    ),
 ];
 
 /// Items in [`sample_object`]'s `.spec.items`.

@@ -2,6 +2,7 @@
 //! binary (one link) as the build guide asks.
 
 mod budget;
+mod budget_holes;
 mod catalog;
 mod cli;
 mod common;
@@ -16,3 +17,19 @@ mod malformed;
 mod memo;
 mod resolution;
 mod safety;
+
+/// Runs the ignored test `name` of this test binary in a process of its own (for tests that
+/// change process-wide state or measure the process) and fails unless it passes.
+pub fn run_alone(name: &str) {
+    let exe = std::env::current_exe().expect("test binary");
+    let out = std::process::Command::new(exe)
+        .args(["--ignored", "--exact", name, "--test-threads", "1"])
+        .output()
+        .expect("runs the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{name} failed in its own process:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -676,3 +676,21 @@ async fn a_label_change_moves_a_workload_out_of_and_into_a_filtered_watch() {
     let e = next_event(&mut late, 10).await;
     assert_eq!(e.r#type, pb::EventType::Added as i32);
 }
+mod consistency;
+
+/// Runs the ignored test `name` of this test binary in a process of its own (for tests that
+/// change process-wide state or measure the process) and fails unless it passes.
+pub fn run_alone(name: &str) {
+    let exe = std::env::current_exe().expect("test binary");
+    let out = std::process::Command::new(exe)
+        .args(["--ignored", "--exact", name, "--test-threads", "1"])
+        .output()
+        .expect("runs the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{name} failed in its own process:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+mod fake_store;

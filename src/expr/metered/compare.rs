@@ -117,19 +117,14 @@ pub fn indices(x: &Val, y: &Val) -> Option<Vec<usize>> {
         (Val::BStr(_), Val::BStr(y)) | (Val::TStr(_), Val::TStr(y)) if y.is_empty() => Vec::new(),
         (Val::TStr(x), Val::TStr(y)) => {
             budget::work(x.len() as u64 * (1 + y.len() as u64 / 64));
-            // Character offsets: count the bytes that start a UTF-8 sequence.
+            // Character offsets, as jaq counts characters (an invalid byte sequence is one).
             let mut out = Vec::new();
-            let mut char_index = 0;
-            for (byte, b) in x.iter().enumerate() {
-                if b & 0xC0 == 0x80 {
-                    continue;
-                }
+            for (char_index, (byte, _, _)) in bstr::ByteSlice::char_indices(&x[..]).enumerate() {
                 match x.get(byte..byte + y.len()) {
                     Some(w) if w == &y[..] => out.push(char_index),
                     Some(_) => {}
                     None => break,
                 }
-                char_index += 1;
             }
             out
         }

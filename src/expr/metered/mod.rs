@@ -371,8 +371,30 @@ impl std::ops::Sub for MVal {
     }
 }
 
+/// How many parts `sep` splits `text` into (jq's `/` on strings), at most: its bytes for
+/// an empty separator (one part per character), else non-overlapping occurrences plus one.
+fn split_count(text: &[u8], sep: &[u8]) -> u64 {
+    if text.is_empty() {
+        return 0;
+    }
+    if sep.is_empty() {
+        return text.len() as u64;
+    }
+    memchr::memmem::find_iter(text, sep).count() as u64 + 1
+}
+
+/// Pays for the copy `Rc::make_mut` makes of a shared container of `len` entries of
+/// `entry` bytes, before it is made.
+fn pay_copy<T>(rc: &Rc<T>, len: usize, entry: u64) {
+    if Rc::strong_count(rc) > 1 {
+        budget::work(len as u64);
+        budget::bytes(HEADER_BYTES + entry * len as u64);
+    }
+}
+
 /// Deep merge of `r` into `l` (jq's `*` on objects), paying per entry.
 fn merge(l: &mut Rc<Map>, r: &Map) {
+    pay_copy(l, l.len(), ENTRY_BYTES);
     let l = Rc::make_mut(l);
     for (k, v) in r {
         budget::bytes(ENTRY_BYTES);
@@ -434,8 +456,14 @@ impl std::ops::Div for MVal {
     fn div(self, rhs: Self) -> Self::Output {
         match (&self.v, &rhs.v) {
             (Val::Num(_), Val::Num(_)) => budget::work(1),
-            (Val::TStr(a), Val::TStr(_)) | (Val::BStr(a), Val::BStr(_)) => {
+            (Val::TStr(a), Val::TStr(sep)) | (Val::BStr(a), Val::BStr(sep)) => {
                 budget::work(1 + a.len() as u64 / 16);
+                // Room for the parts before they are built.
+                let parts = split_count(a, sep);
+                let need = HEADER_BYTES + (ELEMENT_BYTES + HEADER_BYTES) * parts;
+                if need > budget::memory_left() {
+                    budget::fail(budget::Exceeded::Memory);
+                }
             }
             _ => return math(self, ops::Math::Div, rhs),
         }
@@ -560,6 +588,10 @@ impl MVal {
     fn range_bounds(range: &val::Range<&MVal>) -> Result<(), Error<MVal>> {
         for bound in [range.start, range.end].into_iter().flatten() {
             if !matches!(bound.v, Val::Null) && !is_int(&bound.v) {
+                return Err(Error::typ(bound.clone(), "integer"));
+            }
+            // As jaq: a bound beyond what an index can be is an error, not the end.
+            if matches!(bound.v, Val::Num(Num::BigInt(_))) {
                 return Err(Error::typ(bound.clone(), "integer"));
             }
         }
@@ -749,8 +781,9 @@ impl jaq_core::ValT for MVal {
         let d = self.d;
         match self.v {
             Val::Obj(mut o) => {
+                budget::work(o.len() as u64 / 16);
+                budget::bytes(HEADER_BYTES + ENTRY_BYTES * o.len() as u64);
                 let map = Rc::make_mut(&mut o);
-                budget::bytes(HEADER_BYTES + ENTRY_BYTES * map.len() as u64);
                 let old = map.get(&index.v).cloned();
                 let present = old.is_some();
                 let input = old.map_or(MVal::scalar(Val::Null), |v| MVal { v, d }.child_of(d));
@@ -773,8 +806,9 @@ impl jaq_core::ValT for MVal {
                     let e = Error::str(format!("index {index} out of bounds"));
                     return opt.fail(MVal { v: Val::Arr(a), d }, |_| Exn::from(e));
                 };
+                budget::work(a.len() as u64 / 16);
+                budget::bytes(HEADER_BYTES + ELEMENT_BYTES * a.len() as u64);
                 let items = Rc::make_mut(&mut a);
-                budget::bytes(HEADER_BYTES + ELEMENT_BYTES * items.len() as u64);
                 let x = std::mem::take(&mut items[i]);
                 match f(MVal { v: x, d }.child_of(d)).next().transpose()? {
                     Some(y) => {
@@ -876,6 +910,10 @@ impl MVal {
 
 impl jaq_std::ValT for MVal {
     fn into_seq<S: FromIterator<Self>>(self) -> Result<S, Self> {
+        // Arrays only (as jaq's value): `sort`, `min`, `implode`, … refuse objects.
+        if !matches!(self.v, Val::Arr(_)) {
+            return Err(self);
+        }
         match elements(self, false) {
             Ok(items) => Ok(items.map(|(_, v)| v).collect()),
             Err(v) => Err(v),

@@ -4,7 +4,7 @@
 //! `fromjson`, `length`, `contains`, `indices`, …), plus a linear `join` and the cost guard
 //! in front of regular expressions.
 
-use super::{ELEMENT_BYTES, HEADER_BYTES, MVal, compare, json_text};
+use super::{ELEMENT_BYTES, ENTRY_BYTES, HEADER_BYTES, MVal, compare, json_text};
 use crate::expr::budget::{self, Exceeded};
 use jaq_core::data::JustLut;
 use jaq_core::native::{Filter, Fun, bome, run, unary, v};
@@ -17,20 +17,60 @@ pub type Data = JustLut<MVal>;
 /// Longest regular expression a definition may use, in bytes.
 pub const MAX_REGEX: usize = 1024;
 
-/// The regex natives of jaq's standard library, renamed so that guard definitions
-/// (see [`GUARDS`]) can take their names.
-const REGEX_NATIVES: &[(&str, &str)] = &[
+/// Natives of jaq's standard library renamed so that guard definitions (see [`GUARDS`])
+/// can take their names: the regex functions, and the string functions whose cost grows
+/// with the length of their input (scans, and outputs larger than their input).
+const GUARDED_NATIVES: &[(&str, &str)] = &[
     ("matches", "_kg_raw_matches"),
     ("split_matches", "_kg_raw_split_matches"),
     ("split_", "_kg_raw_split_"),
+    ("trim", "_kg_raw_trim"),
+    ("ltrim", "_kg_raw_ltrim"),
+    ("rtrim", "_kg_raw_rtrim"),
+    ("startswith", "_kg_raw_startswith"),
+    ("endswith", "_kg_raw_endswith"),
+    ("ltrimstr", "_kg_raw_ltrimstr"),
+    ("rtrimstr", "_kg_raw_rtrimstr"),
+    ("ascii_downcase", "_kg_raw_ascii_downcase"),
+    ("ascii_upcase", "_kg_raw_ascii_upcase"),
+    ("explode", "_kg_raw_explode"),
+    ("implode", "_kg_raw_implode"),
+    ("escape_html", "_kg_raw_escape_html"),
+    ("unescape_html", "_kg_raw_unescape_html"),
+    ("escape_sh", "_kg_raw_escape_sh"),
+    ("encode_uri", "_kg_raw_encode_uri"),
+    ("decode_uri", "_kg_raw_decode_uri"),
+    ("encode_base64", "_kg_raw_encode_base64"),
+    ("decode_base64", "_kg_raw_decode_base64"),
 ];
 
 /// jq definitions placed before jaq's standard library, so that its regex functions
-/// (`test`, `match`, `capture`, `sub`, `splits`, …) pay for their search before it runs.
+/// (`test`, `match`, `capture`, `sub`, `splits`, …) pay for their search, and its string
+/// functions for their scan and check room for their output, before they run.
+/// `_kg_room(k)` pays one work unit per 64 bytes (or elements) of its input and fails
+/// unless `k` bytes per input byte (or element) still fit in the memory budget.
 pub const GUARDS: &str = r#"
     def matches($re; $flags): _kg_regex_cost($re) | _kg_raw_matches($re; $flags);
     def split_matches($re; $flags): _kg_regex_cost($re) | _kg_raw_split_matches($re; $flags);
     def split_($re; $flags): _kg_regex_cost($re) | _kg_raw_split_($re; $flags);
+    def trim: _kg_room(0) | _kg_raw_trim;
+    def ltrim: _kg_room(0) | _kg_raw_ltrim;
+    def rtrim: _kg_room(0) | _kg_raw_rtrim;
+    def startswith($s): _kg_room(0) | _kg_raw_startswith($s);
+    def endswith($s): _kg_room(0) | _kg_raw_endswith($s);
+    def ltrimstr($s): _kg_room(0) | _kg_raw_ltrimstr($s);
+    def rtrimstr($s): _kg_room(0) | _kg_raw_rtrimstr($s);
+    def ascii_downcase: _kg_room(1) | _kg_raw_ascii_downcase;
+    def ascii_upcase: _kg_room(1) | _kg_raw_ascii_upcase;
+    def explode: _kg_room(40) | _kg_raw_explode;
+    def implode: _kg_room(4) | _kg_raw_implode;
+    def escape_html: _kg_room(6) | _kg_raw_escape_html;
+    def unescape_html: _kg_room(1) | _kg_raw_unescape_html;
+    def escape_sh: _kg_room(4) | _kg_raw_escape_sh;
+    def encode_uri: _kg_room(3) | _kg_raw_encode_uri;
+    def decode_uri: _kg_room(1) | _kg_raw_decode_uri;
+    def encode_base64: _kg_room(2) | _kg_raw_encode_base64;
+    def decode_base64: _kg_room(1) | _kg_raw_decode_base64;
 "#;
 
 /// Every native function an expression may reach (jaq's `env` is left out).
@@ -38,7 +78,7 @@ pub fn all() -> impl Iterator<Item = Fun<Data>> {
     let std = jaq_std::funs::<Data>()
         .filter(|(name, _, _)| *name != "env")
         .map(|(name, args, native)| {
-            let name = REGEX_NATIVES
+            let name = GUARDED_NATIVES
                 .iter()
                 .find(|(from, _)| *from == name)
                 .map_or(name, |(_, to)| to);
@@ -80,6 +120,7 @@ fn own() -> Box<[Filter<RunPtr<Data>>]> {
         ("bsearch", v(1), |cv| unary(cv, bsearch)),
         ("_kg_join", v(1), |cv| unary(cv, join)),
         ("_kg_regex_cost", v(1), |cv| unary(cv, regex_cost)),
+        ("_kg_room", v(1), |cv| unary(cv, room)),
     ])
 }
 
@@ -98,7 +139,8 @@ fn length(v: MVal) -> ValR<MVal> {
         }
         Val::TStr(s) => {
             budget::work(s.len() as u64 / 64);
-            s.iter().filter(|b| *b & 0xC0 != 0x80).count()
+            // Characters as jaq counts them (an invalid byte sequence is one character).
+            bstr::ByteSlice::chars(&s[..]).count()
         }
         Val::BStr(b) => b.len(),
         Val::Arr(a) => a.len(),
@@ -108,9 +150,25 @@ fn length(v: MVal) -> ValR<MVal> {
     Ok(MVal::from(n))
 }
 
-/// Largest nesting of `[`/`{` in JSON text, outside strings.
-fn json_depth(text: &[u8]) -> u32 {
-    let (mut depth, mut max, mut in_str, mut escaped) = (0u32, 0u32, false, false);
+/// What `fromjson` learns from a scan of its text before parsing it.
+struct Shape {
+    /// Largest nesting of `[`/`{`, outside strings.
+    depth: u32,
+    /// Containers opened, and separators (`,` `:`) outside strings: an upper bound of the
+    /// values the text holds, less one per top-level value.
+    values: u64,
+    /// A `#` outside strings: jaq's reader would skip the rest of the line as a comment
+    /// (hiding brackets from this scan), and JSON has no comments.
+    comment: bool,
+}
+
+fn json_shape(text: &[u8]) -> Shape {
+    let mut shape = Shape {
+        depth: 0,
+        values: 0,
+        comment: false,
+    };
+    let (mut depth, mut in_str, mut escaped) = (0u32, false, false);
     for &b in text {
         if in_str {
             match (escaped, b) {
@@ -125,13 +183,19 @@ fn json_depth(text: &[u8]) -> u32 {
             b'"' => in_str = true,
             b'[' | b'{' => {
                 depth += 1;
-                max = max.max(depth);
+                shape.depth = shape.depth.max(depth);
+                shape.values += 1;
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' | b':' => shape.values += 1,
+            b'#' => {
+                shape.comment = true;
+                return shape;
+            }
             _ => {}
         }
     }
-    max
+    shape
 }
 
 fn from_json<'a>(v: MVal) -> jaq_core::ValXs<'a, MVal> {
@@ -139,13 +203,19 @@ fn from_json<'a>(v: MVal) -> jaq_core::ValXs<'a, MVal> {
         return bome(Err(Error::typ(v, "string")));
     };
     let text = text.clone();
-    budget::bytes(2 * text.len() as u64);
-    let depth = json_depth(&text);
-    budget::depth(depth);
+    budget::work(1 + text.len() as u64 / 16);
+    let shape = json_shape(&text);
+    if shape.comment {
+        return bome(Err(Error::str(format!(
+            "cannot parse as JSON (`#` outside a string; JSON has no comments): {v}"
+        ))));
+    }
+    budget::depth(shape.depth);
+    budget::bytes(2 * text.len() as u64 + (ENTRY_BYTES + HEADER_BYTES) * shape.values);
     let mut out: Vec<Result<MVal, Exn<'a, MVal>>> = Vec::new();
     for parsed in jaq_json::read::parse_many(&text) {
         match parsed {
-            Ok(value) => out.push(Ok(MVal::built(value, depth))),
+            Ok(value) => out.push(Ok(MVal::built(value, shape.depth))),
             Err(e) => {
                 out.push(Err(Exn::from(Error::str(format!(
                     "cannot parse {v} as JSON: {e}"
@@ -210,15 +280,17 @@ fn bsearch(a: MVal, x: MVal) -> ValR<MVal> {
 /// gojq's `join`: null as "", strings as they are, other scalars as JSON; one separator
 /// between items. Linear in the result (jq's definition re-copies the string per item).
 fn join(items: MVal, sep: MVal) -> ValR<MVal> {
-    let sep: &[u8] = match sep.inner() {
-        Val::TStr(s) | Val::BStr(s) => s,
-        Val::Null => b"",
-        _ => return Err(Error::str(format!("cannot join with {sep}"))),
-    };
     let values: Vec<&Val> = match items.inner() {
         Val::Arr(a) => a.iter().collect(),
         Val::Obj(o) => o.values().collect(),
         _ => return Err(Error::typ(items.clone(), "iterable (array or object)")),
+    };
+    // As in jq, the separator is only looked at between two items.
+    let sep: &[u8] = match sep.inner() {
+        Val::TStr(s) | Val::BStr(s) => s,
+        _ if values.len() < 2 => b"",
+        Val::Null => b"",
+        _ => return Err(Error::str(format!("cannot join with {sep}"))),
     };
     let left = budget::memory_left();
     let mut out: Vec<u8> = Vec::new();
@@ -259,5 +331,25 @@ fn regex_cost(input: MVal, re: MVal) -> ValR<MVal> {
         _ => 0,
     };
     budget::work(1 + text_len as u64 * (re_len as u64 + 1) / 2);
+    Ok(input)
+}
+
+/// Pays for a scan of the input (one unit per 64 bytes of a string, or elements of an array)
+/// and fails unless `per` bytes per byte or element fit in the memory budget: the guard in
+/// front of string functions whose time or output grows with their input. Returns the input.
+fn room(input: MVal, per: MVal) -> ValR<MVal> {
+    let n = match input.inner() {
+        Val::TStr(s) | Val::BStr(s) => s.len(),
+        Val::Arr(a) => a.len(),
+        _ => 0,
+    } as u64;
+    budget::work(1 + n / 64);
+    let per = match per.inner() {
+        Val::Num(Num::Int(k)) => (*k).max(0) as u64,
+        _ => 0,
+    };
+    if n.saturating_mul(per) > budget::memory_left() {
+        budget::fail(Exceeded::Memory);
+    }
     Ok(input)
 }
