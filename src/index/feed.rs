@@ -17,6 +17,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 /// Operations in flight before senders wait.
 pub const QUEUE: usize = 4096;
+/// Stack of the threads that resolve (the writer, and those a flush spreads over): jq
+/// evaluation's depth budget is set for it.
+pub(super) const WRITER_STACK: usize = 32 * 1024 * 1024;
 /// Operations applied per batch at most.
 pub const BATCH: usize = 1024;
 
@@ -29,6 +32,13 @@ enum Op {
         oneshot::Sender<Vec<String>>,
     ),
     Update(Arc<str>, Update, oneshot::Sender<Vec<String>>),
+    ListBegin(Arc<str>),
+    ListChunk(
+        Arc<str>,
+        Vec<Result<Cached, String>>,
+        oneshot::Sender<Vec<String>>,
+    ),
+    ListEnd(Arc<str>, oneshot::Sender<Vec<String>>),
     Reresolve(Arc<Catalog>),
     MarkSynced(String),
     Barrier(oneshot::Sender<()>),
@@ -69,7 +79,7 @@ impl Feed {
         let thread = weak.clone();
         let started = std::thread::Builder::new()
             .name("kartograf-index".to_owned())
-            .stack_size(32 * 1024 * 1024)
+            .stack_size(WRITER_STACK)
             .spawn(move || write_loop(thread, rx));
         if let Err(e) = started {
             tracing::error!(error = %e, "cannot start the index writer thread");
@@ -111,6 +121,40 @@ impl Feed {
             return Vec::new();
         }
         applied.await.unwrap_or_default()
+    }
+
+    /// Starts a list of `source` handed over in chunks (see [`crate::index::Batch::list_begin`]).
+    pub fn list_begin(&self, source: &str) {
+        let _ = self.tx.send(Op::ListBegin(Arc::from(source)));
+    }
+
+    /// Queues a chunk of a list; the receiver fires (with the skipped documents) once it
+    /// is applied, so the caller can convert the next chunk meanwhile.
+    pub fn list_chunk(
+        &self,
+        source: &str,
+        items: Vec<Result<Cached, String>>,
+    ) -> oneshot::Receiver<Vec<String>> {
+        let (done, applied) = oneshot::channel();
+        let _ = self.tx.send(Op::ListChunk(Arc::from(source), items, done));
+        applied
+    }
+
+    /// Ends a list of `source` (what it held and the list did not name goes); the receiver
+    /// fires once that and every chunk before it are applied.
+    pub fn list_end(&self, source: &str) -> oneshot::Receiver<Vec<String>> {
+        let (done, applied) = oneshot::channel();
+        let _ = self.tx.send(Op::ListEnd(Arc::from(source), done));
+        applied
+    }
+
+    /// Queues incremental changes of `source` (applied in order with everything queued
+    /// before); the receiver fires once they are applied. For producers on a blocking thread
+    /// that keep working meanwhile.
+    pub fn update_queued(&self, source: &str, update: Update) -> oneshot::Receiver<Vec<String>> {
+        let (done, applied) = oneshot::channel();
+        let _ = self.tx.send(Op::Update(Arc::from(source), update, done));
+        applied
     }
 
     /// Applies incremental changes of `source` in one batch; waits until they are applied.
@@ -182,6 +226,14 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
                     for (uid, note) in &update.notes {
                         batch.note(uid, note.as_deref());
                     }
+                    replies.push((done, Vec::new()));
+                }
+                Op::ListBegin(source) => batch.list_begin(&source),
+                Op::ListChunk(source, items, done) => {
+                    replies.push((done, batch.list_chunk(&source, items)));
+                }
+                Op::ListEnd(source, done) => {
+                    batch.list_end(&source);
                     replies.push((done, Vec::new()));
                 }
                 Op::Reresolve(previous) => batch.reresolve_since(&previous),

@@ -62,6 +62,9 @@ struct Writer {
     /// Every source name seen, so entries share one copy.
     sources: Vec<Arc<str>>,
     version_counter: u64,
+    /// Sources in the middle of a list handed over in chunks, with the objects listed so
+    /// far (what the source held and the list does not name goes when it ends).
+    listing: HashMap<Arc<str>, HashSet<String>>,
 }
 
 impl Writer {
@@ -124,6 +127,23 @@ struct Resolved {
 /// Dirty roots resolved between two publications (bounds how long readers wait for a large
 /// re-resolution, e.g. after a catalog change, to show progress).
 const PUBLISH_EVERY: usize = 256;
+/// Dirty roots from which a flush resolves on more than one thread.
+const PARALLEL_FROM: usize = 64;
+/// Most threads a flush resolves on.
+const RESOLVE_THREADS: usize = 4;
+
+/// A scoped thread settling part of a flush.
+type Spawned<'scope> = std::thread::ScopedJoinHandle<'scope, Vec<Settled>>;
+
+/// What settling one dirty root gave.
+enum Settled {
+    /// A new graph for it.
+    Resolved(Box<Resolved>),
+    /// It is no root (any more): its graph goes.
+    Gone(Uid),
+    /// No definition resolves it now.
+    Unresolved,
+}
 
 /// The index. Cheap to share (`Arc<Index>`); all methods take `&self`.
 ///
@@ -547,28 +567,70 @@ impl Index {
         for chunk in dirty.chunks(PUBLISH_EVERY) {
             let mut resolved = Vec::new();
             let mut gone = Vec::new();
-            for uid in chunk {
-                let gathered = self.gather(uid, &catalog);
-                match gathered {
-                    Gathered::NotRoot => gone.push(uid.clone()),
-                    Gathered::Root {
-                        root,
-                        version,
-                        pods,
-                        notes,
-                    } => {
-                        if let Some(r) =
-                            self.resolve_root(uid, &root, version, pods, notes, &catalog)
-                        {
-                            resolved.push(r);
-                        }
-                    }
+            for outcome in self.settle_all(chunk, &catalog) {
+                match outcome {
+                    Settled::Resolved(r) => resolved.push(*r),
+                    Settled::Gone(uid) => gone.push(uid),
+                    Settled::Unresolved => {}
                 }
             }
             changed |= self.publish(resolved, gone);
         }
         if changed {
             self.board.notify();
+        }
+    }
+
+    /// Settles every root of `chunk`: on this thread for a few, else spread over up to
+    /// [`RESOLVE_THREADS`] scoped threads (a cold start or a catalog change resolves
+    /// thousands of roots at once; each resolution reads the objects under short read locks
+    /// and shares nothing else).
+    fn settle_all(&self, chunk: &[Uid], catalog: &Catalog) -> Vec<Settled> {
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(RESOLVE_THREADS);
+        if threads < 2 || chunk.len() < PARALLEL_FROM {
+            return chunk.iter().map(|uid| self.settle(uid, catalog)).collect();
+        }
+        let per = chunk.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let parts: Vec<(&[Uid], Option<Spawned<'_>>)> = chunk
+                .chunks(per)
+                .map(|part| {
+                    let spawned = std::thread::Builder::new()
+                        .name("kartograf-resolve".into())
+                        .stack_size(feed::WRITER_STACK)
+                        .spawn_scoped(scope, move || {
+                            part.iter().map(|uid| self.settle(uid, catalog)).collect()
+                        })
+                        .ok();
+                    (part, spawned)
+                })
+                .collect();
+            parts
+                .into_iter()
+                .flat_map(|(part, handle)| match handle {
+                    Some(h) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
+                    // No thread to be had: this one does it.
+                    None => part.iter().map(|uid| self.settle(uid, catalog)).collect(),
+                })
+                .collect()
+        })
+    }
+
+    /// Resolves root `uid`, or finds that it is no root (any more).
+    fn settle(&self, uid: &Uid, catalog: &Catalog) -> Settled {
+        match self.gather(uid, catalog) {
+            Gathered::NotRoot => Settled::Gone(uid.clone()),
+            Gathered::Root {
+                root,
+                version,
+                pods,
+                notes,
+            } => match self.resolve_root(uid, &root, version, pods, notes, catalog) {
+                Some(r) => Settled::Resolved(Box::new(r)),
+                None => Settled::Unresolved,
+            },
         }
     }
 

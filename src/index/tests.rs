@@ -230,3 +230,60 @@ fn labels_entering_and_leaving_a_selector_are_added_and_deleted_for_it() {
     let (changes, _) = index.changes_since(r0, &web).unwrap();
     assert!(changes.is_empty(), "{:?}", kinds(&changes));
 }
+
+fn converted(docs: &[Value]) -> Vec<Result<crate::model::Cached, String>> {
+    docs.iter()
+        .map(|d| crate::model::Cached::from_json(d, crate::expr::Limits::default()))
+        .collect()
+}
+
+#[test]
+fn a_list_in_chunks_removes_at_its_end_what_it_did_not_name_even_after_a_restart() {
+    let index = Index::new(catalog(), &[]);
+    assert!(index.reset("kube", &[group("old", json!({}))]).is_empty());
+    {
+        let mut batch = index.batch();
+        batch.list_begin("kube");
+        assert!(
+            batch
+                .list_chunk("kube", converted(&[group("a", json!({}))]))
+                .is_empty()
+        );
+    }
+    // Mid-list, nothing is removed yet: the old object and the first chunk are both served.
+    assert_eq!(workloads(&index), ["Group/a", "Group/old"]);
+    {
+        // The list starts over (a watch restart) and names only `b`, in two chunks.
+        let mut batch = index.batch();
+        batch.list_begin("kube");
+        batch.list_chunk("kube", converted(&[group("b", json!({}))]));
+        batch.list_chunk("kube", converted(&[member("b-0", Some("b"))]));
+        batch.list_end("kube");
+    }
+    assert_eq!(workloads(&index), ["Group/b"]);
+    assert_eq!(index.sizes().objects, 2);
+}
+
+#[test]
+fn a_flush_of_many_roots_resolves_them_all_across_threads() {
+    let index = Index::new(catalog(), &[]);
+    // More dirty roots than one thread settles alone, each with a pod.
+    let n = super::PARALLEL_FROM * 3 + 1;
+    let mut docs = Vec::new();
+    for i in 0..n {
+        docs.push(member(&format!("m{i:03}"), None));
+        docs.push(pod(&format!("m{i:03}-p"), &format!("m{i:03}")));
+    }
+    assert!(index.reset("files", &docs).is_empty());
+    let names = workloads(&index);
+    assert_eq!(names.len(), n);
+    for i in 0..n {
+        let w = index
+            .workload(&pb::ObjectRef {
+                uid: format!("uid-m{i:03}"),
+                ..Default::default()
+            })
+            .expect("resolved");
+        assert_eq!(w.pods.map(|p| p.current), Some(1), "m{i:03}");
+    }
+}

@@ -29,50 +29,56 @@ pub struct UnownedGpuPod {
 impl Index {
     /// Every cached pod that holds GPUs but belongs to no workload, in (namespace, name) order.
     pub fn unowned_gpu_pods(&self) -> Vec<UnownedGpuPod> {
-        // Candidates are taken under the objects' read lock; which of them a workload holds is
-        // checked against the board afterwards.
-        let candidates: Vec<(super::Uid, Option<super::Uid>, UnownedGpuPod)> = {
+        // Three short steps, so a scrape never holds a lock the writer (and, behind a waiting
+        // writer, every reader) needs for long: GPU pods with the root they were last resolved
+        // in (shared uids only), then which of them that root does not place (the board), then
+        // the details of those few.
+        let gpu_pods: Vec<(super::Uid, Option<super::Uid>)> = {
             let objects = self.objects();
-            let graph = Graph(&objects.entries);
             objects
                 .entries
                 .iter()
-                .filter_map(|(uid, entry)| {
-                    let Cached::Pod(pod) = &entry.cached else {
-                        return None;
-                    };
-                    let gpus = pod.request.proto.gpus;
-                    if !pod.holds_resources() || gpus <= 0.0 {
-                        return None;
-                    }
-                    let chain = ownership::controller_chain(&pod.meta, &graph);
-                    let top = chain.last();
-                    Some((
-                        uid.clone(),
-                        entry.root.clone(),
-                        UnownedGpuPod {
+                .filter(|(_, entry)| match &entry.cached {
+                    Cached::Pod(pod) => pod.holds_resources() && pod.request.proto.gpus > 0.0,
+                    Cached::Object(_) => false,
+                })
+                .map(|(uid, entry)| (uid.clone(), entry.root.clone()))
+                .collect()
+        };
+        let unplaced: Vec<super::Uid> = {
+            let board = self.board.read();
+            gpu_pods
+                .into_iter()
+                .filter(|(uid, root)| {
+                    root.as_ref()
+                        .and_then(|root| board.workloads.get(root))
+                        .is_none_or(|w| w.placements.get(uid).is_none())
+                })
+                .map(|(uid, _)| uid)
+                .collect()
+        };
+        let mut out: Vec<UnownedGpuPod> = {
+            let objects = self.objects();
+            let graph = Graph(&objects.entries);
+            unplaced
+                .iter()
+                .filter_map(|uid| match &objects.entries.get(uid)?.cached {
+                    Cached::Pod(pod) => {
+                        let chain = ownership::controller_chain(&pod.meta, &graph);
+                        let top = chain.last();
+                        Some(UnownedGpuPod {
                             namespace: pod.meta.namespace.clone(),
                             name: pod.meta.name.clone(),
                             uid: pod.meta.uid.clone(),
                             owner_kind: top.map(|o| o.kind.clone()).unwrap_or_default(),
                             owner_name: top.map(|o| o.name.clone()).unwrap_or_default(),
-                            gpus,
-                        },
-                    ))
+                            gpus: pod.request.proto.gpus,
+                        })
+                    }
+                    Cached::Object(_) => None,
                 })
                 .collect()
         };
-        let board = self.board.read();
-        let mut out: Vec<UnownedGpuPod> = candidates
-            .into_iter()
-            .filter(|(uid, root, _)| {
-                root.as_ref()
-                    .and_then(|root| board.workloads.get(root))
-                    .is_none_or(|w| w.placements.get(uid).is_none())
-            })
-            .map(|(_, _, p)| p)
-            .collect();
-        drop(board);
         out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         out
     }

@@ -121,6 +121,16 @@ impl ManifestSet {
     /// Scans the tree and returns what changed for the index. Reads only files whose
     /// metadata changed; parses only those whose content changed.
     pub fn scan(&mut self) -> Update {
+        self.scan_each(None)
+    }
+
+    /// [`ManifestSet::scan`], handing what each batch of files changed to `emit` as soon
+    /// as it is parsed (so a cold start indexes while it still reads); returns the rest.
+    pub fn scan_streaming(&mut self, emit: &mut dyn FnMut(Update)) -> Update {
+        self.scan_each(Some(emit))
+    }
+
+    fn scan_each(&mut self, mut emit: Option<&mut dyn FnMut(Update)>) -> Update {
         let walk: Walk = files::walk(&self.root, files::is_manifest);
         self.problems
             .retain(|p, _| p != &self.root && !p.starts_with("walk:"));
@@ -180,6 +190,9 @@ impl ManifestSet {
                     }
                     Outcome::Parsed(hash, docs) => self.take(&c, hash, docs, &mut touched),
                 }
+            }
+            if let Some(emit) = emit.as_mut() {
+                emit(self.changes(std::mem::take(&mut touched)));
             }
         }
         self.changes(touched)
@@ -365,6 +378,12 @@ pub fn read_once(path: &Path) -> (Vec<Cached>, Vec<SourceProblem>) {
     (update.upserts, set.problems())
 }
 
+fn log_skipped(skipped: Vec<String>) {
+    for s in skipped {
+        tracing::warn!(skipped = %s, "skipped a manifest document");
+    }
+}
+
 /// Loads `dir` into the index, marks the source synced, then keeps the index in step with
 /// the files until the task is dropped. Scans run on a blocking thread.
 pub async fn run(index: Arc<Index>, dir: PathBuf) {
@@ -379,9 +398,25 @@ pub async fn run_with(index: Arc<Index>, dir: PathBuf, rescan: Duration) {
     let mut set = ManifestSet::new(&dir, Limits::default());
     let mut first = true;
     loop {
+        let streaming = first.then(|| (feed.clone(), tokio::runtime::Handle::current()));
         let scanned = tokio::task::spawn_blocking(move || {
-            let update = set.scan();
-            (set, update)
+            let Some((feed, runtime)) = streaming else {
+                let update = set.scan();
+                return (set, update);
+            };
+            // The first scan replaces whatever the source held, then hands each batch of
+            // files to the index writer as soon as it is parsed: reading and indexing overlap.
+            let skipped = runtime.block_on(feed.reset(SOURCE, Vec::new()));
+            log_skipped(skipped);
+            let mut queued = Vec::new();
+            let rest = set.scan_streaming(&mut |update| {
+                queued.push(feed.update_queued(SOURCE, update));
+            });
+            queued.push(feed.update_queued(SOURCE, rest));
+            for applied in queued {
+                log_skipped(runtime.block_on(applied).unwrap_or_default());
+            }
+            (set, Update::default())
         })
         .await;
         let update;
@@ -394,21 +429,7 @@ pub async fn run_with(index: Arc<Index>, dir: PathBuf, rescan: Duration) {
         };
         index.set_source_problems(SOURCE, set.problems());
         if first {
-            // The first scan replaces whatever the source held.
-            let skipped = feed
-                .reset(SOURCE, update.upserts.into_iter().map(Ok).collect())
-                .await;
-            for s in skipped {
-                tracing::warn!(skipped = %s, "skipped a manifest document");
-            }
-            feed.update(
-                SOURCE,
-                Update {
-                    notes: update.notes,
-                    ..Update::default()
-                },
-            )
-            .await;
+            // Applied by now (streamed from the scan).
             feed.mark_synced(SOURCE);
             first = false;
             tracing::info!(dir = %dir.display(), objects = set.objects(), revision = index.revision(), "manifests loaded");

@@ -382,3 +382,35 @@ async fn reloads_that_change_no_workload_send_no_event_and_a_replaced_folder_is_
         .unwrap();
     assert_eq!(replicas(&w), Some(3));
 }
+
+/// The first load hands the index each batch of files as soon as it is parsed (so reading
+/// and indexing overlap); what it hands over, together, is what one whole scan gives.
+#[tokio::test]
+async fn the_first_load_is_streamed_in_batches_and_loads_everything() {
+    let dir = temp_dir("streamed");
+    let files = 150;
+    for i in 0..files {
+        let doc = pod(&format!("p{i:03}"), "s");
+        std::fs::write(dir.join(format!("p{i:03}.json")), doc.to_string()).unwrap();
+    }
+    let mut streamed = ManifestSet::new(&dir, Limits::default());
+    let mut batches = Vec::new();
+    let rest = streamed.scan_streaming(&mut |u| batches.push(u.upserts.len()));
+    assert!(
+        batches.len() >= 3,
+        "one update per batch of files: {batches:?}"
+    );
+    assert_eq!(batches.iter().sum::<usize>() + rest.upserts.len(), files);
+    let mut whole = ManifestSet::new(&dir, Limits::default());
+    assert_eq!(whole.scan().upserts.len(), files);
+
+    // Served: every pod is a workload once the source says it synced.
+    let index = Arc::new(Index::new(
+        Catalog::embedded().unwrap(),
+        &[manifests::SOURCE],
+    ));
+    tokio::spawn(manifests::run(index.clone(), dir.clone()));
+    eventually(10, "synced", || index.synced()).await;
+    assert_eq!(index.sizes().pods, files);
+    assert_eq!(index.sizes().workloads, files);
+}
