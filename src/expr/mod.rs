@@ -34,7 +34,10 @@ type Filter = jaq_core::Filter<Data>;
 #[derive(Clone)]
 pub struct Expr {
     source: Arc<str>,
-    filter: Arc<Filter>,
+    /// The compiled jq program. Expressions the fast path evaluates drop theirs after the
+    /// load-time check (a compiled program carries the whole standard library, ~100 KB)
+    /// and compile it again only if asked to run on jaq.
+    filter: Arc<OnceLock<Filter>>,
     vars: Arc<[String]>,
     /// Native evaluation for plain paths, literals and `//` between them.
     fast: Option<Arc<fast::Fast>>,
@@ -110,6 +113,67 @@ fn prelude() -> &'static [Def<&'static str>] {
     })
 }
 
+/// Compiled programs by source and variables, shared by every expression (in any
+/// definition, across reloads) with the same text while one of them lives.
+type FilterCache =
+    std::collections::HashMap<(String, Vec<String>), std::sync::Weak<OnceLock<Filter>>>;
+
+fn filter_cache() -> &'static std::sync::Mutex<FilterCache> {
+    static CACHE: OnceLock<std::sync::Mutex<FilterCache>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// The compiled program of `source`, shared with any live expression of the same text.
+fn shared_filter(source: &str, vars: &[&str]) -> Result<Arc<OnceLock<Filter>>, CompileError> {
+    let key = (
+        source.to_owned(),
+        vars.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>(),
+    );
+    let cached = filter_cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+        .and_then(std::sync::Weak::upgrade);
+    if let Some(filter) = cached {
+        return Ok(filter);
+    }
+    let filter = Arc::new(OnceLock::from(compile_filter(source, vars)?));
+    let mut cache = filter_cache().lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= 1024 && cache.len().is_power_of_two() {
+        cache.retain(|_, w| w.strong_count() > 0);
+    }
+    cache.insert(key, Arc::downgrade(&filter));
+    Ok(filter)
+}
+
+/// Loads `source` with the prelude and compiles it for metered evaluation.
+fn compile_filter(source: &str, vars: &[&str]) -> Result<Filter, CompileError> {
+    let arena = Arena::default();
+    let loader = Loader::new(prelude().iter().cloned());
+    let modules = loader
+        .load(
+            &arena,
+            File {
+                code: source,
+                path: (),
+            },
+        )
+        .map_err(|_| CompileError::Syntax("could not be parsed".to_owned()))?;
+    let filter = Compiler::default()
+        .with_funs(natives::all())
+        .with_global_vars(vars.iter().copied())
+        .compile(modules)
+        .map_err(|errors| {
+            let names: Vec<String> = errors
+                .iter()
+                .flat_map(|(_, errs)| errs.iter())
+                .map(|(name, kind)| format!("undefined {} `{name}`", kind.as_str()))
+                .collect();
+            CompileError::Undefined(names.join("; "))
+        })?;
+    Ok(filter)
+}
+
 impl Expr {
     /// Parses, gates and compiles `source`. `vars` names the global variables (with `$`)
     /// the expression may read; their values are passed to [`Expr::eval_with`] in order.
@@ -145,35 +209,30 @@ impl Expr {
         } else {
             None
         };
-        let arena = Arena::default();
-        let loader = Loader::new(prelude().iter().cloned());
-        let modules = loader
-            .load(
-                &arena,
-                File {
-                    code: source,
-                    path: (),
-                },
-            )
-            .map_err(|_| CompileError::Syntax("could not be parsed".to_owned()))?;
-        let filter = Compiler::default()
-            .with_funs(natives::all())
-            .with_global_vars(vars.iter().copied())
-            .compile(modules)
-            .map_err(|errors| {
-                let names: Vec<String> = errors
-                    .iter()
-                    .flat_map(|(_, errs)| errs.iter())
-                    .map(|(name, kind)| format!("undefined {} `{name}`", kind.as_str()))
-                    .collect();
-                CompileError::Undefined(names.join("; "))
-            })?;
+        let filter = if fast.is_some() {
+            // Checked, then dropped (compiled again only if asked to run on jaq).
+            compile_filter(source, vars)?;
+            Arc::new(OnceLock::new())
+        } else {
+            shared_filter(source, vars)?
+        };
         Ok(Expr {
             source: source.into(),
-            filter: Arc::new(filter),
+            filter,
             vars: vars.iter().map(|v| (*v).to_owned()).collect(),
             fast,
         })
+    }
+
+    /// The compiled program (compiled again for a fast-path expression on first use).
+    fn filter(&self) -> Result<&Filter, EvalError> {
+        if let Some(f) = self.filter.get() {
+            return Ok(f);
+        }
+        let vars: Vec<&str> = self.vars.iter().map(String::as_str).collect();
+        let compiled = compile_filter(&self.source, &vars)
+            .map_err(|e| EvalError::Runtime(format!("cannot compile again: {e}")))?;
+        Ok(self.filter.get_or_init(|| compiled))
     }
 
     /// Parses, gates and compiles an expression without variables.
@@ -252,13 +311,17 @@ impl Expr {
         deadline: Option<Instant>,
         budget: Budget,
     ) -> (Vec<Val>, Option<EvalError>) {
+        let filter = match self.filter() {
+            Ok(f) => f,
+            Err(e) => return (Vec::new(), Some(e)),
+        };
         let mut values: Vec<MVal> = vars.iter().cloned().map(MVal::input).collect();
         values.resize_with(self.vars.len(), || MVal::input(Val::Null));
         let mut outputs = Vec::new();
         let own_time_ends = Instant::now() + budget.time;
         let outcome = budget::run(budget, deadline, || {
-            let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new(values));
-            for item in self.filter.id.run((ctx, MVal::input(input.clone()))) {
+            let ctx = Ctx::<Data>::new(&filter.lut, Vars::new(values));
+            for item in filter.id.run((ctx, MVal::input(input.clone()))) {
                 let val = match item {
                     Ok(val) => val.into_inner(),
                     Err(exn) => {
@@ -325,6 +388,27 @@ fn truncate(mut s: String) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn programs_are_shared_by_text_and_fast_paths_compile_theirs_only_when_run_on_jaq() {
+        let a = Expr::compile("[.a[] | select(. > 1)] | length").unwrap();
+        let b = Expr::compile("[.a[] | select(. > 1)] | length").unwrap();
+        assert!(
+            Arc::ptr_eq(&a.filter, &b.filter),
+            "one program for one text"
+        );
+        let c = Expr::compile_with("[.a[] | select(. > 1)] | length", &["$pod"]).unwrap();
+        assert!(
+            !Arc::ptr_eq(&a.filter, &c.filter),
+            "other variables, other program"
+        );
+        let fast = Expr::compile(".spec.replicas // 1").unwrap();
+        assert!(fast.is_fast() && fast.filter.get().is_none());
+        let input = value::from_json(&json!({"spec": {"replicas": 3}}), Limits::default()).unwrap();
+        let (out, err) = fast.eval_jaq(&input, &[], None);
+        assert_eq!((out, err), (vec![Val::from(3isize)], None));
+        assert!(fast.filter.get().is_some(), "compiled on first use");
+    }
 
     fn run(src: &str, input: serde_json::Value) -> Result<Vec<serde_json::Value>, EvalError> {
         let expr = Expr::compile(src).expect("compiles");

@@ -32,13 +32,6 @@ enum Op {
         oneshot::Sender<Vec<String>>,
     ),
     Update(Arc<str>, Update, oneshot::Sender<Vec<String>>),
-    ListBegin(Arc<str>),
-    ListChunk(
-        Arc<str>,
-        Vec<Result<Cached, String>>,
-        oneshot::Sender<Vec<String>>,
-    ),
-    ListEnd(Arc<str>, oneshot::Sender<Vec<String>>),
     Reresolve(Arc<Catalog>),
     MarkSynced(String),
     Barrier(oneshot::Sender<()>),
@@ -123,31 +116,6 @@ impl Feed {
         applied.await.unwrap_or_default()
     }
 
-    /// Starts a list of `source` handed over in chunks (see [`crate::index::Batch::list_begin`]).
-    pub fn list_begin(&self, source: &str) {
-        let _ = self.tx.send(Op::ListBegin(Arc::from(source)));
-    }
-
-    /// Queues a chunk of a list; the receiver fires (with the skipped documents) once it
-    /// is applied, so the caller can convert the next chunk meanwhile.
-    pub fn list_chunk(
-        &self,
-        source: &str,
-        items: Vec<Result<Cached, String>>,
-    ) -> oneshot::Receiver<Vec<String>> {
-        let (done, applied) = oneshot::channel();
-        let _ = self.tx.send(Op::ListChunk(Arc::from(source), items, done));
-        applied
-    }
-
-    /// Ends a list of `source` (what it held and the list did not name goes); the receiver
-    /// fires once that and every chunk before it are applied.
-    pub fn list_end(&self, source: &str) -> oneshot::Receiver<Vec<String>> {
-        let (done, applied) = oneshot::channel();
-        let _ = self.tx.send(Op::ListEnd(Arc::from(source), done));
-        applied
-    }
-
     /// Queues incremental changes of `source` (applied in order with everything queued
     /// before); the receiver fires once they are applied. For producers on a blocking thread
     /// that keep working meanwhile.
@@ -226,14 +194,6 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
                     for (uid, note) in &update.notes {
                         batch.note(uid, note.as_deref());
                     }
-                    replies.push((done, Vec::new()));
-                }
-                Op::ListBegin(source) => batch.list_begin(&source),
-                Op::ListChunk(source, items, done) => {
-                    replies.push((done, batch.list_chunk(&source, items)));
-                }
-                Op::ListEnd(source, done) => {
-                    batch.list_end(&source);
                     replies.push((done, Vec::new()));
                 }
                 Op::Reresolve(previous) => batch.reresolve_since(&previous),

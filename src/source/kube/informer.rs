@@ -15,7 +15,6 @@ use serde_json::Value as Json;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::oneshot;
 
 /// One kind's watcher task in its mode.
 pub(super) async fn watch_kind(ctx: Arc<Ctx>, ar: ApiResource, mode: Mode) {
@@ -48,46 +47,22 @@ pub(super) async fn watch_kind(ctx: Arc<Ctx>, ar: ApiResource, mode: Mode) {
 pub(super) trait Sink: Send + Sync {
     /// A listed object as the sink keeps it until the list is complete (converted as it
     /// arrives, so a relist is never held as JSON).
-    type Item: Send + 'static;
-    /// Converts a listed object (on a blocking thread for chunked sinks, so it takes no
-    /// `self`).
-    fn convert(json: Json) -> Self::Item;
+    type Item: Send;
+    /// Converts a listed object.
+    fn convert(&self, json: Json) -> Self::Item;
     /// Replaces everything `source` holds with a complete list.
     fn reset(&self, source: &str, items: Vec<Self::Item>) -> impl Future<Output = ()> + Send;
     /// Adds or replaces one object.
     fn apply(&self, source: &str, json: Json) -> impl Future<Output = ()> + Send;
     /// Removes one object.
     fn delete(&self, source: &str, json: &Json) -> impl Future<Output = ()> + Send;
-
-    /// Whether a list is handed over in chunks as it arrives ([`Sink::list_chunk`]), so
-    /// the sink works on it while the rest is still read, instead of whole.
-    const CHUNKED: bool = false;
-    /// Starts a chunked list (`CHUNKED` sinks).
-    fn list_begin(&self, _source: &str) {}
-    /// Hands over part of a chunked list; the receiver fires with the skipped documents
-    /// once it is applied.
-    fn list_chunk(
-        &self,
-        _source: &str,
-        _items: Vec<Self::Item>,
-    ) -> Option<oneshot::Receiver<Vec<String>>> {
-        None
-    }
-    /// Ends a chunked list: what `source` held and the list did not name goes. The
-    /// receiver fires once everything handed over before is applied.
-    fn list_end(&self, _source: &str) -> Option<oneshot::Receiver<Vec<String>>> {
-        None
-    }
 }
-
-/// Listed objects per chunk handed to a chunked sink.
-const LIST_CHUNK: usize = 1000;
 
 /// The index, through its writer thread.
 impl Sink for Feed {
     type Item = Result<Cached, String>;
 
-    fn convert(json: Json) -> Self::Item {
+    fn convert(&self, json: Json) -> Self::Item {
         Cached::from_json(&json, crate::expr::Limits::default())
     }
 
@@ -112,24 +87,6 @@ impl Sink for Feed {
     async fn delete(&self, _source: &str, json: &Json) {
         Feed::delete(self, identity(json)).await;
     }
-
-    const CHUNKED: bool = true;
-
-    fn list_begin(&self, source: &str) {
-        Feed::list_begin(self, source);
-    }
-
-    fn list_chunk(
-        &self,
-        source: &str,
-        items: Vec<Self::Item>,
-    ) -> Option<oneshot::Receiver<Vec<String>>> {
-        Some(Feed::list_chunk(self, source, items))
-    }
-
-    fn list_end(&self, source: &str) -> Option<oneshot::Receiver<Vec<String>>> {
-        Some(Feed::list_end(self, source))
-    }
 }
 
 /// The cluster layer of the definitions: Karta objects by uid (else name).
@@ -138,7 +95,7 @@ pub(super) struct Kartas(pub Option<Arc<Publisher>>);
 impl Sink for Kartas {
     type Item = (String, String, Json);
 
-    fn convert(json: Json) -> Self::Item {
+    fn convert(&self, json: Json) -> Self::Item {
         let (key, origin) = karta_identity(&json);
         (key, origin, json)
     }
@@ -164,42 +121,6 @@ impl Sink for Kartas {
     }
 }
 
-/// Converts a chunk of listed objects on a blocking thread.
-fn convert_chunk<S: Sink>(raw: Vec<Json>) -> tokio::task::JoinHandle<Vec<S::Item>> {
-    tokio::task::spawn_blocking(move || raw.into_iter().map(S::convert).collect())
-}
-
-/// Hands a converted chunk (once its conversion is done) to a chunked sink, after the
-/// chunk before it is applied: at most one chunk waits in the sink while the next converts.
-async fn hand_over<S: Sink>(
-    sink: &S,
-    source: &str,
-    converted: Option<tokio::task::JoinHandle<Vec<S::Item>>>,
-    in_flight: &mut Option<oneshot::Receiver<Vec<String>>>,
-) {
-    let Some(converted) = converted else {
-        return;
-    };
-    let items = match converted.await {
-        Ok(items) => items,
-        Err(e) => {
-            tracing::error!(source = %source, error = %e, "kubernetes: converting listed objects failed");
-            Vec::new()
-        }
-    };
-    let next = sink.list_chunk(source, items);
-    wait_applied(source, std::mem::replace(in_flight, next)).await;
-}
-
-/// Waits until a chunk handed to a chunked sink is applied; logs what it skipped.
-async fn wait_applied(source: &str, applied: Option<oneshot::Receiver<Vec<String>>>) {
-    if let Some(applied) = applied {
-        for s in applied.await.unwrap_or_default() {
-            tracing::warn!(source = %source, "kubernetes: object skipped: {s}");
-        }
-    }
-}
-
 /// Consumes a watcher stream into `sink`: buffers each (re)list (converted as it arrives)
 /// and replaces the kind's objects at once, applies and deletes events as they come, and
 /// backs off after errors.
@@ -212,12 +133,6 @@ async fn drive<K: IntoJson, S: Sink>(
     let source = source_name(ar);
     let mut stream = std::pin::pin!(stream);
     let mut buffer: Vec<S::Item> = Vec::new();
-    // For a chunked sink, a list goes through three stages at once: this task reads chunk
-    // N+2 while a blocking thread converts chunk N+1 and the sink applies chunk N.
-    let mut raw: Vec<Json> = Vec::new();
-    let mut converting: Option<tokio::task::JoinHandle<Vec<S::Item>>> = None;
-    let mut in_flight: Option<oneshot::Receiver<Vec<String>>> = None;
-    let mut list_len = 0usize;
     let mut listed = false;
     let mut inits = 0u32;
     let mut errors = 0u32;
@@ -254,44 +169,14 @@ async fn drive<K: IntoJson, S: Sink>(
                 ctx.on_restart(&source, inits > 0);
                 inits += 1;
                 buffer.clear();
-                raw.clear();
-                list_len = 0;
-                if S::CHUNKED {
-                    // What an interrupted list handed over stays until this one ends.
-                    if let Some(c) = converting.take() {
-                        let _ = c.await;
-                    }
-                    wait_applied(&source, in_flight.take()).await;
-                    sink.list_begin(&source);
-                }
             }
             Event::InitApply(obj) => {
                 if let Some(json) = to_json(obj, ar) {
-                    list_len += 1;
-                    if S::CHUNKED {
-                        raw.push(json);
-                    } else {
-                        buffer.push(S::convert(json));
-                    }
-                }
-                if S::CHUNKED && raw.len() >= LIST_CHUNK {
-                    let next = convert_chunk::<S>(std::mem::take(&mut raw));
-                    let ready = converting.replace(next);
-                    hand_over(sink, &source, ready, &mut in_flight).await;
+                    buffer.push(sink.convert(json));
                 }
             }
             Event::InitDone => {
-                if S::CHUNKED {
-                    let last = convert_chunk::<S>(std::mem::take(&mut raw));
-                    let ready = converting.replace(last);
-                    hand_over(sink, &source, ready, &mut in_flight).await;
-                    hand_over(sink, &source, converting.take(), &mut in_flight).await;
-                    wait_applied(&source, in_flight.take()).await;
-                    wait_applied(&source, sink.list_end(&source)).await;
-                    tracing::info!(source = %source, objects = list_len, "kubernetes: list replaced");
-                } else {
-                    sink.reset(&source, std::mem::take(&mut buffer)).await;
-                }
+                sink.reset(&source, std::mem::take(&mut buffer)).await;
                 ctx.on_event(&source, "list");
                 if !listed {
                     listed = true;
