@@ -36,6 +36,9 @@ mod fake_apiserver;
 #[path = "../tests/common/bombs.rs"]
 mod bombs;
 
+#[path = "../tests/common/process.rs"]
+mod process;
+
 use kartograf::proto::v1 as pb;
 use kartograf::proto::v1::definitions_client::DefinitionsClient;
 use kartograf::proto::v1::workload_resolver_client::WorkloadResolverClient;
@@ -235,21 +238,8 @@ fn stat_ticks(stat: &str) -> u64 {
     n(11) + n(12)
 }
 
-/// A `/proc/<pid>/status` field in KiB (0 when unavailable).
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn rss_kib(pid: u32) -> u64 {
-    status_kib(pid, "VmRSS:")
+    process::status_kib(&pid.to_string(), "VmRSS:")
 }
 
 /// One thread: name, CPU ticks, context switches (voluntary + involuntary).
@@ -1138,7 +1128,7 @@ async fn startup_and_idle(k: &mut Kartograf, case: &Case<'_>, table: &mut Table)
     let channel = k.channel().await;
     let serving = k.wait_serving(&channel, Duration::from_secs(600)).await;
     let rss_serving = rss_kib(k.pid);
-    let hwm = status_kib(k.pid, "VmHWM:");
+    let hwm = process::status_kib(&k.pid.to_string(), "VmHWM:");
     // Everything the process did so far is start-up work.
     let startup = activity(
         &Usage {

@@ -63,24 +63,8 @@ impl Batch<'_> {
         source: &str,
         items: Vec<Result<Cached, String>>,
     ) -> Vec<String> {
-        self.list_begin(source);
-        let skipped = self.list_chunk(source, items);
-        self.list_end(source);
-        skipped
-    }
-
-    /// Starts a list of `source` handed over in chunks ([`Batch::list_chunk`]): when it
-    /// ends ([`Batch::list_end`]), what the source held and the list did not name goes. A
-    /// list begun again starts afresh.
-    pub fn list_begin(&mut self, source: &str) {
-        let source = self.writer.source(source);
-        self.writer.listing.insert(source, HashSet::new());
-    }
-
-    /// Adds or replaces a chunk of a list's objects; returns those that were skipped.
-    pub fn list_chunk(&mut self, source: &str, items: Vec<Result<Cached, String>>) -> Vec<String> {
         let mut skipped = Vec::new();
-        let mut seen = self.writer.listing.remove(source).unwrap_or_default();
+        let mut seen = HashSet::new();
         for item in items {
             match item {
                 Ok(cached) => {
@@ -89,14 +73,6 @@ impl Batch<'_> {
                 Err(e) => skipped.push(e),
             }
         }
-        let source = self.writer.source(source);
-        self.writer.listing.insert(source, seen);
-        skipped
-    }
-
-    /// Ends a list of `source`: removes what the source held and the list did not name.
-    pub fn list_end(&mut self, source: &str) {
-        let seen = self.writer.listing.remove(source).unwrap_or_default();
         let stale: Vec<Uid> = self
             .index
             .objects()
@@ -108,6 +84,7 @@ impl Batch<'_> {
         for uid in stale {
             self.index.remove(&mut self.writer, &uid);
         }
+        skipped
     }
 
     /// Drops the resolutions this batch would run when it ends (objects are stored, nothing

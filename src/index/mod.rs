@@ -62,9 +62,6 @@ struct Writer {
     /// Every source name seen, so entries share one copy.
     sources: Vec<Arc<str>>,
     version_counter: u64,
-    /// Sources in the middle of a list handed over in chunks, with the objects listed so
-    /// far (what the source held and the list does not name goes when it ends).
-    listing: HashMap<Arc<str>, HashSet<String>>,
 }
 
 impl Writer {

@@ -17,7 +17,9 @@ pub(super) struct Entry {
     pub(super) version: u64,
     /// The source it came from (shared by all of that source's objects).
     pub(super) source: Arc<str>,
-    /// For a pod: the root it was last resolved under.
+    /// For a pod: the root it was last resolved under. A hint that may be stale (the pod
+    /// or an owner between it and the root may have moved since): readers check it against
+    /// the pod's current controller chain or the root's placements.
     pub(super) root: Option<Uid>,
 }
 

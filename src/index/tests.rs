@@ -231,39 +231,6 @@ fn labels_entering_and_leaving_a_selector_are_added_and_deleted_for_it() {
     assert!(changes.is_empty(), "{:?}", kinds(&changes));
 }
 
-fn converted(docs: &[Value]) -> Vec<Result<crate::model::Cached, String>> {
-    docs.iter()
-        .map(|d| crate::model::Cached::from_json(d, crate::expr::Limits::default()))
-        .collect()
-}
-
-#[test]
-fn a_list_in_chunks_removes_at_its_end_what_it_did_not_name_even_after_a_restart() {
-    let index = Index::new(catalog(), &[]);
-    assert!(index.reset("kube", &[group("old", json!({}))]).is_empty());
-    {
-        let mut batch = index.batch();
-        batch.list_begin("kube");
-        assert!(
-            batch
-                .list_chunk("kube", converted(&[group("a", json!({}))]))
-                .is_empty()
-        );
-    }
-    // Mid-list, nothing is removed yet: the old object and the first chunk are both served.
-    assert_eq!(workloads(&index), ["Group/a", "Group/old"]);
-    {
-        // The list starts over (a watch restart) and names only `b`, in two chunks.
-        let mut batch = index.batch();
-        batch.list_begin("kube");
-        batch.list_chunk("kube", converted(&[group("b", json!({}))]));
-        batch.list_chunk("kube", converted(&[member("b-0", Some("b"))]));
-        batch.list_end("kube");
-    }
-    assert_eq!(workloads(&index), ["Group/b"]);
-    assert_eq!(index.sizes().objects, 2);
-}
-
 #[test]
 fn a_flush_of_many_roots_resolves_them_all_across_threads() {
     let index = Index::new(catalog(), &[]);

@@ -125,7 +125,7 @@ fn uid(field: &str, uid: &str) -> Result<(), Status> {
     Ok(())
 }
 
-/// A kind: empty, or a DNS-1035 label once lower-cased (`JobSet`, `jobsets`).
+/// A kind: empty, or a DNS-1035 label once lower-cased (`Widget`, `widgets`).
 fn kind(field: &str, kind: &str) -> Result<(), Status> {
     if kind.is_empty() || is_kind(kind) {
         return Ok(());
@@ -277,9 +277,9 @@ fn kinds_entry(i: usize, entry: &str) -> Result<(), Status> {
     let hint = if entry.is_empty() {
         "it is empty".to_owned()
     } else if !entry.contains('/') && entry.contains('.') {
-        "write a group-qualified kind as `group/Kind`, e.g. `jobset.x-k8s.io/JobSet`".to_owned()
+        "write a group-qualified kind as `group/Kind`, e.g. `example.com/Widget`".to_owned()
     } else {
-        "use `Kind` or `group/Kind`, e.g. `JobSet` or `jobset.x-k8s.io/JobSet`".to_owned()
+        "use `Kind` or `group/Kind`, e.g. `Widget` or `example.com/Widget`".to_owned()
     };
     Err(invalid(format!(
         "kinds[{i}] {:?} is not a kind: {hint}",

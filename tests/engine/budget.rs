@@ -50,19 +50,6 @@ fn values_up_to_the_depth_limit_are_printed_compared_and_flattened_on_a_test_thr
     );
 }
 
-/// `VmHWM` (peak RSS) of a running process in KiB, 0 where /proc is not available.
-fn peak_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 #[test]
 fn every_bomb_ends_with_budget_exceeded_in_offline_resolve() {
     // One kind, object and definition per bomb, resolved by one `kartograf resolve --all`.
@@ -105,7 +92,7 @@ fn every_bomb_ends_with_budget_exceeded_in_offline_resolve() {
     let mut peak = 0;
     let started = Instant::now();
     while child.try_wait().expect("wait").is_none() {
-        peak = peak.max(peak_kib(pid));
+        peak = peak.max(crate::process::status_kib(&pid.to_string(), "VmHWM:"));
         assert!(
             started.elapsed() < Duration::from_secs(300),
             "offline resolve hangs"

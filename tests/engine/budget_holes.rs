@@ -445,25 +445,16 @@ fn metered_evaluation_agrees_with_jaq() {
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
 
-/// Peak RSS of this process in KiB.
-fn peak_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn bomb(src: &str) -> (Option<EvalError>, Duration, u64) {
     let expr = Expr::compile(src).expect("passes the gate");
-    let before = peak_kib();
+    let before = crate::process::status_kib("self", "VmHWM:");
     let start = Instant::now();
     let (_, err) = expr.eval_budgeted(&Val::Null, &[], None, Budget::DEFAULT);
-    (err, start.elapsed(), peak_kib().saturating_sub(before))
+    (
+        err,
+        start.elapsed(),
+        crate::process::status_kib("self", "VmHWM:").saturating_sub(before),
+    )
 }
 
 #[test]
@@ -644,6 +635,6 @@ fn tests_that_run_alone_pass_in_their_own_process() {
         "budget_holes::fromjson_checks_room_before_parsing",
         "budget_holes::escape_html_checks_room_before_escaping",
     ] {
-        crate::run_alone(name);
+        crate::process::run_alone(name);
     }
 }

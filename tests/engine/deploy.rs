@@ -69,7 +69,7 @@ fn labels(v: &Value) -> Map<String, Value> {
 }
 
 /// True when every `selector` label is among `labels` with the same value.
-fn selects(selector: &Value, labels_: &Value) -> bool {
+pub(crate) fn selects(selector: &Value, labels_: &Value) -> bool {
     let sel = labels(selector);
     !sel.is_empty()
         && sel

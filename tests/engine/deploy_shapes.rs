@@ -10,9 +10,10 @@
 //! them, and every flag is one `kartograf serve` accepts.
 
 use crate::common::{kartograf, temp_file};
+use crate::deploy::selects;
 use kartograf::aggregate::config::{parse_file, parse_flag};
 use kartograf::manifest::parse_documents;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -189,19 +190,6 @@ fn rendered(relative: &str) -> BTreeMap<(String, String), Value> {
         ),
     }
     ours
-}
-
-fn labels(v: &Value) -> Map<String, Value> {
-    v.as_object().cloned().unwrap_or_default()
-}
-
-/// True when every `selector` label is among `labels` with the same value.
-fn selects(selector: &Value, pod_labels: &Value) -> bool {
-    let sel = labels(selector);
-    !sel.is_empty()
-        && sel
-            .iter()
-            .all(|(k, v)| pod_labels.get(k).is_some_and(|l| l == v))
 }
 
 fn of_kind<'a>(all: &'a BTreeMap<(String, String), Value>, kind: &str) -> Vec<&'a Value> {

@@ -17,19 +17,6 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 
-/// A `/proc/<pid>/status` field in KiB (0 where /proc is not available).
-fn proc_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn alive(p: &mut Process) -> bool {
     matches!(p.child.try_wait(), Ok(None))
 }
@@ -113,7 +100,7 @@ async fn every_bomb_through_validate_and_hot_reload_leaves_the_server_up_and_bou
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let baseline = proc_kib(pid, "VmRSS:");
+    let baseline = crate::process::status_kib(&pid.to_string(), "VmRSS:");
     let sample = bombs::sample_object().to_string();
     let mut failures = Vec::new();
 
@@ -148,7 +135,7 @@ async fn every_bomb_through_validate_and_hot_reload_leaves_the_server_up_and_bou
             "the server died on ValidateDefinition of {name}"
         );
     }
-    let after_validate = proc_kib(pid, "VmRSS:");
+    let after_validate = crate::process::status_kib(&pid.to_string(), "VmRSS:");
 
     // (b) The same bombs as a hot-reloaded definition file.
     for (name, source) in bombs::BOMBS {
@@ -177,8 +164,8 @@ async fn every_bomb_through_validate_and_hot_reload_leaves_the_server_up_and_bou
         }
         assert!(alive(&mut p), "the server died on the reload of {name}");
     }
-    let after_reload = proc_kib(pid, "VmRSS:");
-    let peak = proc_kib(pid, "VmHWM:");
+    let after_reload = crate::process::status_kib(&pid.to_string(), "VmRSS:");
+    let peak = crate::process::status_kib(&pid.to_string(), "VmHWM:");
     eprintln!(
         "RSS: baseline {baseline} KiB, after validate {after_validate} KiB, after reload {after_reload} KiB, peak {peak} KiB"
     );

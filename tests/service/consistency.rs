@@ -312,18 +312,6 @@ fn note_on_an_intermediate_object_reaches_the_workload() {
     );
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// The index remembers root answers for one version per root: a root whose status changes
 /// often (every controller status write) does not fill memory with dead versions.
 #[test]
@@ -342,13 +330,13 @@ fn prepared_cache_keeps_one_version_per_root() {
         root["status"]["observedGeneration"] = Json::from(n);
         index.apply(&root, "demo").expect("applies");
     }
-    let before = rss_kib();
+    let before = crate::process::status_kib("self", "VmRSS:");
     const N: u64 = 5000;
     for n in 0..N {
         root["status"]["observedGeneration"] = Json::from(1000 + n);
         index.apply(&root, "demo").expect("applies");
     }
-    let grew = rss_kib().saturating_sub(before);
+    let grew = crate::process::status_kib("self", "VmRSS:").saturating_sub(before);
     eprintln!(
         "{N} root versions: RSS +{grew} KiB ({} bytes per version)",
         grew * 1024 / N
@@ -431,6 +419,6 @@ fn tests_that_run_alone_pass_in_their_own_process() {
         "consistency::relative_directory_recreated_is_seen_at_once",
         "consistency::root_answers_cut_short_by_a_budget_are_not_remembered",
     ] {
-        crate::run_alone(name);
+        crate::process::run_alone(name);
     }
 }

@@ -9,7 +9,7 @@ use kartograf::index::{
 use kartograf::metrics::Observed;
 use kartograf::proto::v1 as pb;
 use kartograf::proto::v1::workload_resolver_client::WorkloadResolverClient;
-use kartograf::server::{self, LoadReport, ResolveFrame, Settings, Shared, Store};
+use kartograf::server::{LoadReport, ResolveFrame, Store};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -93,25 +93,6 @@ fn workload(name: &str) -> pb::Workload {
     }
 }
 
-async fn serve(store: Arc<FakeStore>) -> (Channel, tokio::sync::watch::Sender<bool>) {
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shared = Shared::new(store, Arc::new(LoadReport::default()), rx);
-    tokio::spawn(server::serve(
-        listener,
-        shared,
-        Settings {
-            listen: addr,
-            ..Settings::default()
-        },
-    ));
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_lazy();
-    (channel, tx)
-}
-
 async fn health(channel: &Channel) -> i32 {
     let mut health = HealthClient::new(channel.clone());
     match health
@@ -132,7 +113,8 @@ async fn the_services_serve_what_a_fake_store_answers() {
         synced: AtomicBool::new(false),
         pod_answer: Status::unavailable("fake: the upstream of this pod is gone"),
     });
-    let (channel, _shutdown) = serve(store.clone()).await;
+    let (channel, _shutdown) =
+        crate::serve_index(store.clone(), Arc::new(LoadReport::default())).await;
 
     // Health follows the store: NOT_SERVING (2) until it says it synced, then SERVING (1).
     let mut status = -1;

@@ -2,6 +2,9 @@
 //! watched manifest directory and a hot-reloaded definitions directory.
 
 mod aggregator;
+#[path = "../common/process.rs"]
+mod process;
+
 mod budget;
 mod drift;
 mod fake_apiserver;
@@ -55,15 +58,16 @@ fn temp_dir(tag: &str) -> PathBuf {
     d
 }
 
-/// Serves `index` on a loopback port; returns a lazy channel to it and the shutdown switch.
+/// Serves `store` (an index, or a fake) on a loopback port; returns a lazy channel to it and
+/// the shutdown switch.
 async fn serve_index(
-    index: Arc<Index>,
+    store: Arc<dyn kartograf::server::Store>,
     report: Arc<LoadReport>,
 ) -> (Channel, tokio::sync::watch::Sender<bool>) {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let shared = Shared::new(index, report, rx);
+    let shared = Shared::new(store, report, rx);
     tokio::spawn(server::serve(
         listener,
         shared,
@@ -677,20 +681,4 @@ async fn a_label_change_moves_a_workload_out_of_and_into_a_filtered_watch() {
     assert_eq!(e.r#type, pb::EventType::Added as i32);
 }
 mod consistency;
-
-/// Runs the ignored test `name` of this test binary in a process of its own (for tests that
-/// change process-wide state or measure the process) and fails unless it passes.
-pub fn run_alone(name: &str) {
-    let exe = std::env::current_exe().expect("test binary");
-    let out = std::process::Command::new(exe)
-        .args(["--ignored", "--exact", name, "--test-threads", "1"])
-        .output()
-        .expect("runs the test binary");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "{name} failed in its own process:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 mod fake_store;
