@@ -2,7 +2,7 @@
 //! workloads are resolved and published once, when the batch ends.
 
 use super::objects::mark_affected;
-use super::{Index, Uid, Writer};
+use super::{Index, Listing, Uid, Writer};
 use crate::definition::Catalog;
 use crate::model::{Cached, Pod};
 use serde_json::Value as Json;
@@ -53,7 +53,13 @@ impl Batch<'_> {
             None => objects.notes.remove(uid).is_some(),
         };
         if changed {
-            mark_affected(&objects, &catalog, &mut self.writer.dirty, uid);
+            mark_affected(
+                &objects,
+                &catalog,
+                &self.index.board,
+                &mut self.writer.dirty,
+                uid,
+            );
         }
     }
 
@@ -68,23 +74,72 @@ impl Batch<'_> {
         for item in items {
             match item {
                 Ok(cached) => {
-                    seen.insert(self.index.insert(&mut self.writer, cached, source));
+                    let uid = self.index.insert(&mut self.writer, cached, source);
+                    seen.insert(self.index.objects().uid(&uid));
                 }
                 Err(e) => skipped.push(e),
             }
         }
+        self.remove_stale(source, &seen);
+        skipped
+    }
+
+    /// Starts a list of `source` received in parts ([`Batch::stage`], then
+    /// [`Batch::finish_list`]); a list of it still open is abandoned (what it applied stays,
+    /// and its roots are resolved with this batch).
+    pub fn begin_list(&mut self, source: &str) {
+        let source = self.writer.source(source);
+        if let Some(old) = self.writer.listings.insert(source, Listing::default()) {
+            self.writer.dirty.extend(old.dirty);
+        }
+    }
+
+    /// Applies part of the open list of `source` (one is begun if none is): the objects are
+    /// stored at once, but the roots they affect are resolved only when the list ends, so a
+    /// root whose pods arrive over many parts is resolved once.
+    pub fn stage(&mut self, source: &str, items: Vec<Result<Cached, String>>) {
+        let source = self.writer.source(source);
+        let mut listing = self.writer.listings.remove(&source).unwrap_or_default();
+        let outside = std::mem::take(&mut self.writer.dirty);
+        for item in items {
+            match item {
+                Ok(cached) => {
+                    let uid = self.index.insert(&mut self.writer, cached, &source);
+                    listing.seen.insert(self.index.objects().uid(&uid));
+                }
+                Err(e) => listing.skipped.push(e),
+            }
+        }
+        let staged = std::mem::replace(&mut self.writer.dirty, outside);
+        listing.dirty.extend(staged);
+        self.writer.listings.insert(source, listing);
+    }
+
+    /// Ends the open list of `source`: what the source held and the list did not is removed,
+    /// and the roots the list affected are resolved with this batch. Returns the skipped
+    /// objects (nothing without an open list).
+    pub fn finish_list(&mut self, source: &str) -> Vec<String> {
+        let Some(listing) = self.writer.listings.remove(source) else {
+            return Vec::new();
+        };
+        self.writer.dirty.extend(listing.dirty);
+        self.remove_stale(source, &listing.seen);
+        listing.skipped
+    }
+
+    /// Removes what `source` holds beyond `seen`.
+    fn remove_stale(&mut self, source: &str, seen: &HashSet<Uid>) {
         let stale: Vec<Uid> = self
             .index
             .objects()
             .entries
             .iter()
-            .filter(|(uid, e)| e.source.as_ref() == source && !seen.contains(uid.as_ref()))
+            .filter(|(uid, e)| e.source.as_ref() == source && !seen.contains(*uid))
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in stale {
             self.index.remove(&mut self.writer, &uid);
         }
-        skipped
     }
 
     /// Drops the resolutions this batch would run when it ends (objects are stored, nothing
@@ -126,7 +181,13 @@ impl Batch<'_> {
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in affected {
-            mark_affected(&objects, &catalog, &mut self.writer.dirty, &uid);
+            mark_affected(
+                &objects,
+                &catalog,
+                &self.index.board,
+                &mut self.writer.dirty,
+                &uid,
+            );
         }
     }
 }

@@ -32,6 +32,9 @@ enum Op {
         oneshot::Sender<Vec<String>>,
     ),
     Update(Arc<str>, Update, oneshot::Sender<Vec<String>>),
+    BeginList(Arc<str>),
+    Stage(Arc<str>, Vec<Result<Cached, String>>, OwnedSemaphorePermit),
+    FinishList(Arc<str>, oneshot::Sender<Vec<String>>),
     Reresolve(Arc<Catalog>),
     MarkSynced(String),
     Barrier(oneshot::Sender<()>),
@@ -109,6 +112,38 @@ impl Feed {
         if self
             .tx
             .send(Op::Reset(Arc::from(source), items, done))
+            .is_err()
+        {
+            return Vec::new();
+        }
+        applied.await.unwrap_or_default()
+    }
+
+    /// Starts a list of `source` received in parts: [`Feed::stage`] each part as it
+    /// arrives, then [`Feed::finish_list`]. Parts are stored at once; the workloads they
+    /// affect are resolved once, when the list ends (a list in parts never resolves a root
+    /// once per part that brings one of its pods).
+    pub fn begin_list(&self, source: &str) {
+        let _ = self.tx.send(Op::BeginList(Arc::from(source)));
+    }
+
+    /// Applies part of the open list of `source`; waits while the writer is [`QUEUE`]
+    /// objects behind.
+    pub async fn stage(&self, source: &str, items: Vec<Result<Cached, String>>) {
+        let n = u32::try_from(items.len().clamp(1, QUEUE)).unwrap_or(1);
+        if let Ok(p) = self.permits.clone().acquire_many_owned(n).await {
+            let _ = self.tx.send(Op::Stage(Arc::from(source), items, p));
+        }
+    }
+
+    /// Ends the open list of `source` (see [`Feed::begin_list`]): removes what it held and
+    /// the list did not, resolves what the list changed; returns the skipped documents once
+    /// applied.
+    pub async fn finish_list(&self, source: &str) -> Vec<String> {
+        let (done, applied) = oneshot::channel();
+        if self
+            .tx
+            .send(Op::FinishList(Arc::from(source), done))
             .is_err()
         {
             return Vec::new();
@@ -195,6 +230,11 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
                         batch.note(uid, note.as_deref());
                     }
                     replies.push((done, Vec::new()));
+                }
+                Op::BeginList(source) => batch.begin_list(&source),
+                Op::Stage(source, items, _permit) => batch.stage(&source, items),
+                Op::FinishList(source, done) => {
+                    replies.push((done, batch.finish_list(&source)));
                 }
                 Op::Reresolve(previous) => batch.reresolve_since(&previous),
                 op @ (Op::MarkSynced(_) | Op::Barrier(_)) => after.push(op),

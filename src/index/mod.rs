@@ -62,6 +62,17 @@ struct Writer {
     /// Every source name seen, so entries share one copy.
     sources: Vec<Arc<str>>,
     version_counter: u64,
+    /// Lists being received in parts, per source (see [`Batch::stage`]).
+    listings: HashMap<Arc<str>, Listing>,
+}
+
+/// A list received in parts: what it held so far, the roots its objects affect (resolved
+/// once, when it ends) and the objects it skipped.
+#[derive(Default)]
+struct Listing {
+    seen: HashSet<Uid>,
+    dirty: BTreeSet<Uid>,
+    skipped: Vec<String>,
 }
 
 impl Writer {
@@ -490,7 +501,7 @@ impl Index {
             let old_meta = old.cached.meta().clone();
             unlink(&mut objects, &uid, &old_meta);
         }
-        mark_affected(&objects, &catalog, &mut w.dirty, &uid);
+        mark_affected(&objects, &catalog, &self.board, &mut w.dirty, &uid);
         w.version_counter += 1;
         let version = w.version_counter;
         if let Some(owner) = cached.meta().controller() {
@@ -530,7 +541,7 @@ impl Index {
         objects
             .by_name
             .insert(&Graph(&objects.entries), Name::of(meta.meta()), shared);
-        mark_affected(objects, &catalog, &mut w.dirty, &uid);
+        mark_affected(objects, &catalog, &self.board, &mut w.dirty, &uid);
         uid
     }
 
@@ -541,14 +552,14 @@ impl Index {
             return;
         };
         let meta = entry.cached.meta().clone();
-        mark_affected(&objects, &catalog, &mut w.dirty, uid);
+        mark_affected(&objects, &catalog, &self.board, &mut w.dirty, uid);
         unlink(&mut objects, uid, &meta);
-        if let Some((shared, old)) = objects.entries.remove_entry(uid) {
+        // A root (or a published workload) it was is already marked.
+        if let Some(old) = objects.entries.remove(uid) {
             if matches!(old.cached, Cached::Pod(_)) {
                 objects.pods -= 1;
             }
             objects.notes.remove(uid);
-            w.dirty.insert(shared);
         }
     }
 

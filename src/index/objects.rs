@@ -3,6 +3,7 @@
 //! sections; read by lookups by name and by pod.
 
 use super::Uid;
+use super::board::Board;
 use super::names::{Name, NameIndex};
 use crate::definition::Catalog;
 use crate::model::ownership::{self, OwnerGraph, Root};
@@ -75,10 +76,13 @@ pub(super) fn unlink(objects: &mut Objects, uid: &str, meta: &ObjectMeta) {
     by_name.remove_if(&Graph(entries), Name::of(meta), uid);
 }
 
-/// Marks dirty every root that `uid` or anything below it belongs to (now or before).
+/// Marks dirty every root that `uid` or anything below it belongs to (now or before). An
+/// object on the way is marked itself only when it is a root, or was one (`board` shows it),
+/// so the thousands of pods a list brings are not each settled only to find they are none.
 pub(super) fn mark_affected(
     objects: &Objects,
     catalog: &Catalog,
+    board: &Board,
     dirty: &mut BTreeSet<Uid>,
     uid: &str,
 ) {
@@ -88,7 +92,7 @@ pub(super) fn mark_affected(
         if !seen.insert(at.clone()) || depth > ownership::MAX_HOPS {
             continue;
         }
-        dirty.insert(at.clone());
+        let mut root = false;
         if let Some(entry) = objects.entries.get(&at) {
             if let Some(previous) = &entry.root {
                 dirty.insert(previous.clone());
@@ -97,8 +101,12 @@ pub(super) fn mark_affected(
                 Root::Owner(owner) => {
                     dirty.insert(objects.uid(&owner.uid));
                 }
-                Root::Itself | Root::Uncovered(_) => {}
+                Root::Itself => root = true,
+                Root::Uncovered(_) => {}
             }
+        }
+        if root || board.get(&at).is_some() {
+            dirty.insert(at.clone());
         }
         for child in objects.children.get(&at).into_iter().flatten() {
             stack.push((child.clone(), depth + 1));

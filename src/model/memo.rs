@@ -87,12 +87,16 @@ impl Memo {
             state.entries.clear();
         }
         if state.entries.iter().all(|e| e.question != question) {
-            state.entries.push(Entry {
+            // A new buffer of the exact size: growing (or shrinking) in place leaves slack in
+            // every pod's memo.
+            let mut entries = Vec::with_capacity(state.entries.len() + 1);
+            entries.append(&mut state.entries);
+            entries.push(Entry {
                 question,
                 answer,
                 failure,
             });
-            state.entries.shrink_to_fit();
+            state.entries = entries;
         }
     }
 

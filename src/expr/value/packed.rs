@@ -107,8 +107,10 @@ impl Packed {
                 }
             }
         }
-        packer.out.shrink_to_fit();
-        Ok(Packed(Bytes::from(packer.out)))
+        // Copied into a buffer of its size: shrinking the one written in place can leave it
+        // in its larger block (mimalloc keeps a block that shrinks by less than half), up to
+        // half the size again for every cached object.
+        Ok(Packed(Bytes::copy_from_slice(&packer.out)))
     }
 
     /// Size of the packed buffer in bytes.

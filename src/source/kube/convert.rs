@@ -58,6 +58,12 @@ impl IntoJson for DynamicObject {
     }
 }
 
+impl<R> IntoJson for super::document::Document<R> {
+    fn into_json(self) -> serde_json::Result<Json> {
+        Ok(self.json)
+    }
+}
+
 impl IntoJson for PartialObjectMeta<DynamicObject> {
     fn into_json(self) -> serde_json::Result<Json> {
         serde_json::to_value(&self)

@@ -3,6 +3,7 @@
 //! and what an API error means (retry-after, forbidden and the RBAC to grant).
 
 use super::convert::{IntoJson, identity, to_json};
+use super::document::{Document, ObjectRule, PodRule};
 use super::{Ctx, Mode, source_name};
 use crate::index::Feed;
 use crate::model::Cached;
@@ -12,9 +13,11 @@ use ::kube::core::{PartialObjectMeta, Status};
 use ::kube::runtime::watcher::{self, Event};
 use futures::{Stream, StreamExt};
 use serde_json::Value as Json;
+use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::task::JoinHandle;
 
 /// One kind's watcher task in its mode.
 pub(super) async fn watch_kind(ctx: Arc<Ctx>, ar: ApiResource, mode: Mode) {
@@ -29,13 +32,21 @@ pub(super) async fn watch_kind(ctx: Arc<Ctx>, ar: ApiResource, mode: Mode) {
             let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(ctx.client.clone(), &ar);
             drive(&ctx, &ar, &ctx.feed, watcher::watcher(api, config)).await;
         }
+        // Pods and other full objects are parsed into what the index keeps of them.
+        Mode::Full if ar.group.is_empty() && ar.kind == "Pod" => {
+            let api = Api::<Document<PodRule>>::all_with(ctx.client.clone(), &ar);
+            drive(&ctx, &ar, &ctx.feed, watcher::watcher(api, config)).await;
+        }
         Mode::Full => {
-            let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &ar);
+            let api = Api::<Document<ObjectRule>>::all_with(ctx.client.clone(), &ar);
             drive(&ctx, &ar, &ctx.feed, watcher::watcher(api, config)).await;
         }
         Mode::Definitions => {
             let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &ar);
-            let sink = Kartas(ctx.publisher.clone());
+            let sink = Kartas {
+                publisher: ctx.publisher.clone(),
+                listed: Mutex::default(),
+            };
             drive(&ctx, &ar, &sink, watcher::watcher(api, config)).await;
         }
     }
@@ -43,15 +54,20 @@ pub(super) async fn watch_kind(ctx: Arc<Ctx>, ar: ApiResource, mode: Mode) {
 
 /// Where one watched kind's objects go: the index (through its writer), or the cluster
 /// layer of the definitions (Karta objects). As kubert's index traits: a full (re)list
-/// replaces what the kind held, then objects are applied and deleted one by one.
+/// (begun, handed over in parts as they are converted, ended) replaces what the kind held,
+/// then objects are applied and deleted one by one.
 pub(super) trait Sink: Send + Sync {
     /// A listed object as the sink keeps it until the list is complete (converted as it
     /// arrives, so a relist is never held as JSON).
-    type Item: Send;
-    /// Converts a listed object.
-    fn convert(&self, json: Json) -> Self::Item;
-    /// Replaces everything `source` holds with a complete list.
-    fn reset(&self, source: &str, items: Vec<Self::Item>) -> impl Future<Output = ()> + Send;
+    type Item: Send + 'static;
+    /// Converts a listed object (on a blocking thread, beside the list's download).
+    fn convert(json: Json) -> Self::Item;
+    /// A (re)list of `source` begins.
+    fn begin(&self, source: &str) -> impl Future<Output = ()> + Send;
+    /// Part of the list, in order.
+    fn part(&self, source: &str, items: Vec<Self::Item>) -> impl Future<Output = ()> + Send;
+    /// The list is complete: it replaces everything `source` held.
+    fn end(&self, source: &str) -> impl Future<Output = ()> + Send;
     /// Adds or replaces one object.
     fn apply(&self, source: &str, json: Json) -> impl Future<Output = ()> + Send;
     /// Removes one object.
@@ -62,16 +78,24 @@ pub(super) trait Sink: Send + Sync {
 impl Sink for Feed {
     type Item = Result<Cached, String>;
 
-    fn convert(&self, json: Json) -> Self::Item {
+    fn convert(json: Json) -> Self::Item {
         Cached::from_json(&json, crate::expr::Limits::default())
     }
 
-    async fn reset(&self, source: &str, items: Vec<Self::Item>) {
-        let objects = items.len();
-        let skipped = Feed::reset(self, source, items).await;
+    async fn begin(&self, source: &str) {
+        self.begin_list(source);
+    }
+
+    async fn part(&self, source: &str, items: Vec<Self::Item>) {
+        if !items.is_empty() {
+            self.stage(source, items).await;
+        }
+    }
+
+    async fn end(&self, source: &str) {
+        let skipped = self.finish_list(source).await;
         tracing::info!(
             source = %source,
-            objects,
             skipped = skipped.len(),
             "kubernetes: list replaced"
         );
@@ -89,41 +113,60 @@ impl Sink for Feed {
     }
 }
 
-/// The cluster layer of the definitions: Karta objects by uid (else name).
-pub(super) struct Kartas(pub Option<Arc<Publisher>>);
+/// The cluster layer of the definitions: Karta objects by uid (else name); a list is
+/// collected and replaces the layer when complete.
+pub(super) struct Kartas {
+    publisher: Option<Arc<Publisher>>,
+    listed: Mutex<Vec<(String, String, Json)>>,
+}
+
+impl Kartas {
+    fn listed(&self) -> std::sync::MutexGuard<'_, Vec<(String, String, Json)>> {
+        self.listed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 impl Sink for Kartas {
     type Item = (String, String, Json);
 
-    fn convert(&self, json: Json) -> Self::Item {
+    fn convert(json: Json) -> Self::Item {
         let (key, origin) = karta_identity(&json);
         (key, origin, json)
     }
 
-    async fn reset(&self, _source: &str, items: Vec<Self::Item>) {
-        if let Some(p) = &self.0 {
+    async fn begin(&self, _source: &str) {
+        self.listed().clear();
+    }
+
+    async fn part(&self, _source: &str, items: Vec<Self::Item>) {
+        self.listed().extend(items);
+    }
+
+    async fn end(&self, _source: &str) {
+        let items = std::mem::take(&mut *self.listed());
+        if let Some(p) = &self.publisher {
             p.update(|l| l.reset_cluster(&items));
         }
     }
 
     async fn apply(&self, _source: &str, json: Json) {
-        if let Some(p) = &self.0 {
+        if let Some(p) = &self.publisher {
             let (key, origin) = karta_identity(&json);
             p.update(|l| l.apply_cluster(&key, &origin, &json));
         }
     }
 
     async fn delete(&self, _source: &str, json: &Json) {
-        if let Some(p) = &self.0 {
+        if let Some(p) = &self.publisher {
             let (key, _) = karta_identity(json);
             p.update(|l| l.delete_cluster(&key));
         }
     }
 }
 
-/// Consumes a watcher stream into `sink`: buffers each (re)list (converted as it arrives)
-/// and replaces the kind's objects at once, applies and deletes events as they come, and
-/// backs off after errors.
+/// Consumes a watcher stream into `sink`: hands each (re)list over in parts as they are
+/// converted (beside the download of the next pages) and ends it when complete, applies and
+/// deletes events as they come, and backs off after errors.
 async fn drive<K: IntoJson, S: Sink>(
     ctx: &Ctx,
     ar: &ApiResource,
@@ -132,7 +175,7 @@ async fn drive<K: IntoJson, S: Sink>(
 ) {
     let source = source_name(ar);
     let mut stream = std::pin::pin!(stream);
-    let mut buffer: Vec<S::Item> = Vec::new();
+    let mut listing: Listing<S::Item> = Listing::default();
     let mut listed = false;
     let mut inits = 0u32;
     let mut errors = 0u32;
@@ -168,15 +211,19 @@ async fn drive<K: IntoJson, S: Sink>(
             Event::Init => {
                 ctx.on_restart(&source, inits > 0);
                 inits += 1;
-                buffer.clear();
+                listing.clear();
+                sink.begin(&source).await;
             }
             Event::InitApply(obj) => {
                 if let Some(json) = to_json(obj, ar) {
-                    buffer.push(sink.convert(json));
+                    let converted = listing.push(json, S::convert).await;
+                    sink.part(&source, converted).await;
                 }
             }
             Event::InitDone => {
-                sink.reset(&source, std::mem::take(&mut buffer)).await;
+                let rest = listing.finish(S::convert).await;
+                sink.part(&source, rest).await;
+                sink.end(&source).await;
                 ctx.on_event(&source, "list");
                 if !listed {
                     listed = true;
@@ -198,6 +245,84 @@ async fn drive<K: IntoJson, S: Sink>(
         }
     }
     tracing::warn!(source = %source, "kubernetes: watch stream ended");
+}
+
+/// Listed objects converted per chunk.
+const CHUNK: usize = 256;
+/// Chunks converting at once per list.
+const IN_FLIGHT: usize = 2;
+
+/// A (re)list being received: objects are converted in chunks on blocking threads while the
+/// next pages download (at most [`IN_FLIGHT`] chunks at once, so a list is never held as
+/// JSON), and come out in list order.
+struct Listing<T> {
+    chunk: Vec<Json>,
+    converting: VecDeque<JoinHandle<Vec<T>>>,
+}
+
+impl<T> Default for Listing<T> {
+    fn default() -> Self {
+        Listing {
+            chunk: Vec::new(),
+            converting: VecDeque::new(),
+        }
+    }
+}
+
+impl<T: Send + 'static> Listing<T> {
+    /// Adds one listed object; returns the objects converted meanwhile (in list order).
+    async fn push(&mut self, json: Json, convert: fn(Json) -> T) -> Vec<T> {
+        self.chunk.push(json);
+        if self.chunk.len() >= CHUNK {
+            self.send(convert);
+        }
+        let mut out = Vec::new();
+        while self.converting.len() > IN_FLIGHT {
+            out.extend(self.collect_oldest().await);
+        }
+        out
+    }
+
+    fn send(&mut self, convert: fn(Json) -> T) {
+        let chunk = std::mem::take(&mut self.chunk);
+        self.converting
+            .push_back(tokio::task::spawn_blocking(move || {
+                chunk.into_iter().map(convert).collect()
+            }));
+    }
+
+    async fn collect_oldest(&mut self) -> Vec<T> {
+        let Some(handle) = self.converting.pop_front() else {
+            return Vec::new();
+        };
+        match handle.await {
+            Ok(items) => items,
+            // A conversion that panicked is a bug: it fails this task as converting inline
+            // would have.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// The rest of the list, converted, in order.
+    async fn finish(&mut self, convert: fn(Json) -> T) -> Vec<T> {
+        if !self.chunk.is_empty() {
+            self.send(convert);
+        }
+        let mut out = Vec::new();
+        while !self.converting.is_empty() {
+            out.extend(self.collect_oldest().await);
+        }
+        out
+    }
+
+    /// Forgets a list cut short (a new one starts).
+    fn clear(&mut self) {
+        self.chunk.clear();
+        for handle in self.converting.drain(..) {
+            handle.abort();
+        }
+    }
 }
 
 /// A Karta object's key in the cluster layer (uid, else name) and its origin label

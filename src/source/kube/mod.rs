@@ -27,6 +27,7 @@
 //! attempts readiness stops waiting for it, and it keeps retrying with backoff.
 
 mod convert;
+mod document;
 mod informer;
 
 pub use informer::forbidden_message;

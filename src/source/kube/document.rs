@@ -1,0 +1,261 @@
+//! Watched objects decoded straight from the API server's JSON into the part the index keeps.
+//!
+//! kube-rs' `DynamicObject` reads an object twice over (its flattened body is buffered, the
+//! typed metadata is then serialized back to JSON), and keeps everything, managed fields and
+//! all. A [`Document`] reads the JSON once, keeping only what the index's rule for the kind
+//! keeps ([`POD_PROJECTION`] for pods, [`OBJECT_RULE`] otherwise): what the rule drops is
+//! skipped by the parser without building it. The index applies the same rule again when it
+//! packs the document, so the projection here only has to keep at least what that rule
+//! keeps (it does: it keeps exactly the rule's fields, and whole values where the rule looks
+//! inside them in ways not mirrored here, such as `NoEnv`).
+
+use crate::expr::value::Keep;
+use crate::model::{OBJECT_RULE, POD_PROJECTION};
+use ::kube::api::ApiResource;
+use ::kube::core::{DynamicResourceScope, ObjectMeta, Resource};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value as Json};
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+/// The index's rule for a document type.
+pub(super) trait Rule: Clone + fmt::Debug + Send + Sync + 'static {
+    /// What is kept.
+    const KEEP: &'static Keep;
+}
+
+/// Core v1 pods: [`POD_PROJECTION`].
+#[derive(Clone, Debug)]
+pub(super) struct PodRule;
+
+impl Rule for PodRule {
+    const KEEP: &'static Keep = &POD_PROJECTION;
+}
+
+/// Every other fully watched kind: [`OBJECT_RULE`].
+#[derive(Clone, Debug)]
+pub(super) struct ObjectRule;
+
+impl Rule for ObjectRule {
+    const KEEP: &'static Keep = &OBJECT_RULE;
+}
+
+/// One watched object, projected by `R` while it is parsed. `meta` holds what the watcher
+/// reads (the resource version, which the projection may drop) and the object's name.
+#[derive(Clone, Debug)]
+pub(super) struct Document<R> {
+    /// The projected object, without `apiVersion`/`kind` when the server left them out.
+    pub json: Json,
+    meta: ObjectMeta,
+    rule: PhantomData<R>,
+}
+
+impl<R: Rule> Resource for Document<R> {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
+impl<'de, R: Rule> de::Deserialize<'de> for Document<R> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut version = None;
+        let json = d.deserialize_any(Project {
+            keep: R::KEEP,
+            version: Some(&mut version),
+            level: Level::Top,
+        })?;
+        let text = |key: &str| {
+            json.get("metadata")
+                .and_then(|m| m.get(key))
+                .and_then(Json::as_str)
+                .map(str::to_owned)
+        };
+        let meta = ObjectMeta {
+            name: text("name"),
+            namespace: text("namespace"),
+            uid: text("uid"),
+            resource_version: version,
+            ..ObjectMeta::default()
+        };
+        Ok(Document {
+            json,
+            meta,
+            rule: PhantomData,
+        })
+    }
+}
+
+/// Where a [`Project`] is: the object itself (whose `metadata` holds the resource version),
+/// its metadata, or anywhere below.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Top,
+    Metadata,
+    Below,
+}
+
+/// Parses one value, keeping what `keep` keeps (and whole values where it is not sure), and
+/// takes `metadata.resourceVersion` into `version` whether kept or not.
+struct Project<'a> {
+    keep: &'a Keep,
+    version: Option<&'a mut Option<String>>,
+    level: Level,
+}
+
+impl<'de> DeserializeSeed<'de> for Project<'_> {
+    type Value = Json;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Json, D::Error> {
+        match self.keep {
+            // Only maps and sequences are projected; any other rule keeps the whole value.
+            Keep::Fields(_) | Keep::Shape(..) | Keep::Without(_) | Keep::Each(_) => {
+                d.deserialize_any(self)
+            }
+            _ if self.level != Level::Below => d.deserialize_any(self),
+            _ => <Json as de::Deserialize>::deserialize(d),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for Project<'_> {
+    type Value = Json;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Json, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if self.level == Level::Metadata && key == "resourceVersion" {
+                let value: Json = map.next_value()?;
+                if let (Some(slot), Json::String(s)) = (self.version.as_deref_mut(), &value) {
+                    *slot = Some(s.clone());
+                }
+                if field_rule(self.keep, &key).is_some() {
+                    out.insert(key, value);
+                }
+                continue;
+            }
+            match field_rule(self.keep, &key) {
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                Some(rule) => {
+                    let (level, version) = match (self.level, key.as_str()) {
+                        (Level::Top, "metadata") => (Level::Metadata, self.version.as_deref_mut()),
+                        _ => (Level::Below, None),
+                    };
+                    let value = map.next_value_seed(Project {
+                        keep: rule,
+                        version,
+                        level,
+                    })?;
+                    out.insert(key, value);
+                }
+            }
+        }
+        Ok(Json::Object(out))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+        let item = match self.keep {
+            Keep::Each(item) => *item,
+            _ => &Keep::All,
+        };
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(value) = seq.next_element_seed(Project {
+            keep: item,
+            version: None,
+            level: Level::Below,
+        })? {
+            out.push(value);
+        }
+        Ok(Json::Array(out))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Json, E> {
+        Ok(Json::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Json, E> {
+        Ok(Json::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Json, E> {
+        Ok(Json::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Json, E> {
+        Ok(Number::from_f64(v).map_or(Json::Null, Json::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Json, E> {
+        Ok(Json::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Json, E> {
+        Ok(Json::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Json, D::Error> {
+        de::DeserializeSeed::deserialize(self, d)
+    }
+}
+
+/// The rule for field `key` of an object under `keep` (`None`: the field is dropped). Rules
+/// that do not look at an object's fields keep every field whole.
+fn field_rule<'k>(keep: &'k Keep, key: &str) -> Option<&'k Keep> {
+    match keep {
+        Keep::Fields(fields) => fields.iter().find(|(k, _)| *k == key).map(|(_, r)| r),
+        Keep::Shape(fields, rest) => {
+            match fields
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or(*rest, |(_, r)| r)
+            {
+                Keep::Drop => None,
+                rule => Some(rule),
+            }
+        }
+        Keep::Without(skip) => (!skip.contains(&key)).then_some(&Keep::All),
+        Keep::Drop => None,
+        Keep::All | Keep::Each(_) | Keep::NoEnv => Some(&Keep::All),
+    }
+}
