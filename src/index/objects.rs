@@ -32,7 +32,7 @@ pub(super) struct Objects {
     /// (apiVersion-less kind, namespace, name) -> uid.
     pub(super) by_name: NameIndex,
     /// owner uid -> uids of objects whose controller it is.
-    pub(super) children: HashMap<Uid, BTreeSet<Uid>>,
+    pub(super) children: HashMap<Uid, Children>,
     /// How many entries are pods.
     pub(super) pods: usize,
     /// Notes a source attached to objects (e.g. "defined twice"), shown as a diagnostic on
@@ -48,6 +48,91 @@ impl Objects {
             .map(|(k, _)| k)
             .or_else(|| self.children.get_key_value(uid).map(|(k, _)| k))
             .map_or_else(|| Arc::from(uid), Arc::clone)
+    }
+}
+
+/// The objects one owner controls: a short list of exactly its size (most owners control a
+/// few objects), a set once it is long (a Job or StatefulSet with thousands of pods).
+pub(super) enum Children {
+    Few(Vec<Uid>),
+    Many(BTreeSet<Uid>),
+}
+
+/// Children kept as a list at most.
+const FEW: usize = 16;
+
+impl Default for Children {
+    fn default() -> Self {
+        Children::Few(Vec::new())
+    }
+}
+
+impl Children {
+    pub(super) fn insert(&mut self, uid: Uid) {
+        match self {
+            Children::Few(list) if list.contains(&uid) => {}
+            Children::Few(list) if list.len() < FEW => {
+                list.reserve_exact(1);
+                list.push(uid);
+            }
+            Children::Few(list) => {
+                let mut set: BTreeSet<Uid> = list.drain(..).collect();
+                set.insert(uid);
+                *self = Children::Many(set);
+            }
+            Children::Many(set) => {
+                set.insert(uid);
+            }
+        }
+    }
+
+    pub(super) fn remove(&mut self, uid: &str) {
+        match self {
+            Children::Few(list) => {
+                if let Some(i) = list.iter().position(|u| u.as_ref() == uid) {
+                    list.swap_remove(i);
+                }
+            }
+            Children::Many(set) => {
+                set.remove(uid);
+            }
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        match self {
+            Children::Few(list) => list.is_empty(),
+            Children::Many(set) => set.is_empty(),
+        }
+    }
+}
+
+/// The uids in a [`Children`].
+pub(super) enum ChildIter<'a> {
+    Few(std::slice::Iter<'a, Uid>),
+    Many(std::collections::btree_set::Iter<'a, Uid>),
+}
+
+impl<'a> Iterator for ChildIter<'a> {
+    type Item = &'a Uid;
+
+    fn next(&mut self) -> Option<&'a Uid> {
+        match self {
+            ChildIter::Few(i) => i.next(),
+            ChildIter::Many(i) => i.next(),
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Children {
+    type Item = &'a Uid;
+    type IntoIter = ChildIter<'a>;
+
+    fn into_iter(self) -> ChildIter<'a> {
+        match self {
+            Children::Few(list) => ChildIter::Few(list.iter()),
+            Children::Many(set) => ChildIter::Many(set.iter()),
+        }
     }
 }
 

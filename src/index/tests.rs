@@ -254,3 +254,31 @@ fn a_flush_of_many_roots_resolves_them_all_across_threads() {
         assert_eq!(w.pods.map(|p| p.current), Some(1), "m{i:03}");
     }
 }
+
+#[test]
+fn children_stay_a_short_list_until_many_and_keep_each_uid_once() {
+    use super::objects::Children;
+    let uid = |i: usize| -> super::Uid { std::sync::Arc::from(format!("uid-{i}")) };
+    let listed = |c: &Children| {
+        let mut v: Vec<String> = c.into_iter().map(|u| u.to_string()).collect();
+        v.sort();
+        v
+    };
+    let mut c = Children::default();
+    for i in 0..5 {
+        c.insert(uid(i));
+        c.insert(uid(i));
+    }
+    assert!(matches!(&c, Children::Few(list) if list.len() == 5 && list.capacity() == 5));
+    c.remove("uid-2");
+    assert_eq!(listed(&c), ["uid-0", "uid-1", "uid-3", "uid-4"]);
+    for i in 0..40 {
+        c.insert(uid(i));
+    }
+    assert!(matches!(&c, Children::Many(_)));
+    assert_eq!(listed(&c).len(), 40);
+    for i in 0..40 {
+        c.remove(&format!("uid-{i}"));
+    }
+    assert!(c.is_empty());
+}

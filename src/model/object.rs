@@ -228,19 +228,19 @@ pub struct Pod {
     /// The [`project_pod`] projection, packed (empty when it could not be read; see `problem`).
     pub packed: Packed,
     /// Why the value is missing, if it is.
-    pub problem: Option<String>,
+    pub problem: Option<Box<str>>,
     /// `spec.nodeName`.
-    pub node: String,
+    pub node: Box<str>,
     /// `status.phase`.
-    pub phase: String,
+    pub phase: Box<str>,
     /// Condition `Ready=True`.
     pub ready: bool,
     /// Why the pod is not ready: PodScheduled=False reason, `status.reason` or Ready=False reason.
-    pub reason: String,
+    pub reason: Box<str>,
     /// Effective request of the pod, shared between pods with equal requests.
     pub request: Arc<Request>,
     /// Resource quantities that could not be parsed.
-    pub bad_quantities: Vec<String>,
+    pub bad_quantities: Box<[String]>,
     /// Number of DRA resource claims.
     pub resource_claims: usize,
     /// Answers of evaluations on this pod (see [`crate::resolve`]).
@@ -440,16 +440,16 @@ impl Pod {
             memo.keep_value(v);
         }
         Ok(Pod {
-            node,
-            phase,
+            node: node.into(),
+            phase: phase.into(),
             ready,
-            reason,
+            reason: reason.into(),
             request: resources::shared(request),
-            bad_quantities: bad,
+            bad_quantities: bad.into(),
             resource_claims,
             meta,
             packed,
-            problem,
+            problem: problem.map(String::into_boxed_str),
             memo,
         })
     }
@@ -469,7 +469,7 @@ impl Pod {
         Object {
             meta: self.meta.clone(),
             packed: self.packed.clone(),
-            problem: self.problem.clone(),
+            problem: self.problem.as_deref().map(str::to_owned),
         }
     }
 
@@ -478,17 +478,17 @@ impl Pod {
         crate::proto::v1::PodInfo {
             name: self.meta.name.clone(),
             uid: self.meta.uid.clone(),
-            node: self.node.clone(),
-            phase: self.phase.clone(),
+            node: self.node.to_string(),
+            phase: self.phase.to_string(),
             ready: self.ready,
             resources: Some(self.request.proto.clone()),
-            reason: self.reason.clone(),
+            reason: self.reason.to_string(),
         }
     }
 
     /// Succeeded or Failed.
     pub fn terminal(&self) -> bool {
-        matches!(self.phase.as_str(), "Succeeded" | "Failed")
+        matches!(&*self.phase, "Succeeded" | "Failed")
     }
 
     /// Holds resources now: bound to a node and not terminal.
@@ -496,3 +496,8 @@ impl Pod {
         !self.node.is_empty() && !self.terminal()
     }
 }
+
+// A pod is cached once per pod: with `Arc`'s two counters it fits mimalloc's 384-byte size
+// class (the next one up is 448 bytes, 6.4 MB more at 100k pods).
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Pod>() <= 384 - 16);

@@ -180,6 +180,7 @@ impl Reloader {
                 for w in defs.iter().flat_map(|d| d.warnings.iter()) {
                     tracing::warn!(warning = %w, "definition loaded with a warning");
                 }
+                let defs = self.same_as_before(&c.path, defs);
                 self.tracker.keep(c, hash, defs);
                 self.errors.remove(&c.path);
             } else {
@@ -194,6 +195,29 @@ impl Reloader {
             return None;
         }
         Some(self.layer())
+    }
+
+    /// `defs` (just compiled from `path`), each replaced by the version `path` held before
+    /// when they are the same definition (an edit of comments or formatting): the catalog
+    /// then sees no change, so no workload is re-resolved or sent again.
+    fn same_as_before(&self, path: &Path, defs: Vec<Arc<Definition>>) -> Vec<Arc<Definition>> {
+        let Some(before) = self.tracker.payload(path) else {
+            return defs;
+        };
+        defs.into_iter()
+            .map(|new| {
+                before
+                    .iter()
+                    .find(|old| {
+                        old.name == new.name
+                            && old.origin == new.origin
+                            && old.source == new.source
+                            && old.karta == new.karta
+                    })
+                    .cloned()
+                    .unwrap_or(new)
+            })
+            .collect()
     }
 
     fn layer(&self) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {

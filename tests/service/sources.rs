@@ -335,6 +335,27 @@ async fn reloads_that_change_no_workload_send_no_event_and_a_replaced_folder_is_
     write_definition(&h.defs, "gadget", "Gadget", ".spec.n");
     let report_seen = || h.index.catalog().definitions().any(|d| d.name == "gadget");
     eventually(10, "the unrelated definition is published", report_seen).await;
+    // The widget's own definition edited in comments and layout only: the same definition,
+    // so its workload is neither re-resolved nor sent again.
+    let widget_file = h.defs.join("widget.yaml");
+    let text = std::fs::read_to_string(&widget_file).unwrap();
+    let generation = h.index.catalog().generation();
+    std::fs::write(
+        &widget_file,
+        format!(
+            "# edited by hand
+{}
+
+# nothing else changed
+",
+            text.trim_end()
+        ),
+    )
+    .unwrap();
+    eventually(10, "the edited file is reloaded", || {
+        h.index.catalog().generation() > generation
+    })
+    .await;
     let quiet = tokio::time::timeout(Duration::from_millis(1000), stream.message()).await;
     assert!(
         quiet.is_err(),

@@ -222,68 +222,39 @@ impl Packer {
         }
         spend(&mut self.budget, 8, self.limits)?;
         match (json, keep) {
-            (Json::Object(map), Keep::Fields(fields)) => {
-                let mut picked: Vec<(&str, &Json, &Keep)> = fields
-                    .iter()
-                    .filter_map(|(k, keep)| {
-                        let v = map.get(*k)?;
-                        // A field projected as an object (array) that is not one is dropped.
-                        let dropped = match keep {
-                            Keep::Fields(_) => !v.is_object(),
-                            Keep::Each(_) => !v.is_array(),
-                            _ => false,
-                        };
-                        (!dropped).then_some((*k, v, keep))
-                    })
-                    .collect();
-                picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                self.object(picked, depth, keys)
-            }
-            (Json::Object(map), Keep::Without(skip)) => {
-                let mut picked: Vec<(&str, &Json, &Keep)> = map
-                    .iter()
-                    .filter(|(k, _)| !skip.contains(&k.as_str()))
-                    .map(|(k, v)| (k.as_str(), v, &Keep::All))
-                    .collect();
-                picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                self.object(picked, depth, keys)
-            }
-            (Json::Object(map), Keep::Shape(fields, rest)) => {
-                let mut picked: Vec<(&str, &Json, &Keep)> = map
-                    .iter()
-                    .filter_map(|(k, v)| {
-                        let rule = fields
-                            .iter()
-                            .find(|(name, _)| *name == k.as_str())
-                            .map_or(*rest, |(_, rule)| rule);
-                        (!matches!(rule, Keep::Drop)).then_some((k.as_str(), v, rule))
-                    })
-                    .collect();
-                picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                self.object(picked, depth, keys)
-            }
-            (Json::Object(map), Keep::NoEnv) => {
-                const CONTAINERS: Keep = Keep::Each(&NO_ENV_CONTAINER);
-                let mut picked: Vec<(&str, &Json, &Keep)> = map
-                    .iter()
-                    .map(|(k, v)| {
-                        let rule = match (k.as_str(), v) {
-                            ("containers" | "initContainers", Json::Array(_)) => &CONTAINERS,
-                            _ => &Keep::NoEnv,
-                        };
-                        (k.as_str(), v, rule)
-                    })
-                    .collect();
-                picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                self.object(picked, depth, keys)
-            }
-            (Json::Object(map), _) => {
-                let mut picked: Vec<(&str, &Json, &Keep)> = map
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v, &Keep::All))
-                    .collect();
-                picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                self.object(picked, depth, keys)
+            (Json::Object(map), keep) => {
+                let rule = |k: &str, v: &Json| field_rule(keep, k, v);
+                // serde_json's map yields its keys in order, which is the packed order: the
+                // entries are counted, then written as they come (no list to sort). Keys
+                // out of order (a map that keeps insertion order) take the sorting path.
+                let mut count = 0usize;
+                let mut previous: Option<&str> = None;
+                let mut sorted = true;
+                for (k, v) in map {
+                    if rule(k, v).is_some() {
+                        count += 1;
+                        sorted &= previous.is_none_or(|p| p < k.as_str());
+                        previous = Some(k);
+                    }
+                }
+                if !sorted {
+                    let mut picked: Vec<(&str, &Json, &Keep)> = map
+                        .iter()
+                        .filter_map(|(k, v)| rule(k, v).map(|r| (k.as_str(), v, r)))
+                        .collect();
+                    picked.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                    return self.object(picked, depth, keys);
+                }
+                self.out.push(OBJECT);
+                self.varint(count as u64);
+                for (k, v) in map {
+                    if let Some(r) = rule(k, v) {
+                        spend(&mut self.budget, k.len(), self.limits)?;
+                        self.key(k, keys);
+                        self.value(v, r, depth + 1, keys)?;
+                    }
+                }
+                Ok(())
             }
             (Json::Array(items), keep) => {
                 let item_keep = match keep {
@@ -349,6 +320,40 @@ impl Packer {
             self.value(v, keep, depth + 1, keys)?;
         }
         Ok(())
+    }
+}
+
+/// The rule for field `key` (holding `value`) of an object kept by `keep`; `None` when the
+/// field is left out.
+fn field_rule<'k>(keep: &'k Keep, key: &str, value: &Json) -> Option<&'k Keep> {
+    const CONTAINERS: Keep = Keep::Each(&NO_ENV_CONTAINER);
+    match keep {
+        Keep::Fields(fields) => {
+            let (_, rule) = fields.iter().find(|(k, _)| *k == key)?;
+            // A field projected as an object (array) that is not one is dropped.
+            let dropped = match rule {
+                Keep::Fields(_) => !value.is_object(),
+                Keep::Each(_) => !value.is_array(),
+                _ => false,
+            };
+            (!dropped).then_some(rule)
+        }
+        Keep::Without(skip) => (!skip.contains(&key)).then_some(&Keep::All),
+        Keep::Shape(fields, rest) => {
+            match fields
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or(*rest, |(_, r)| r)
+            {
+                Keep::Drop => None,
+                rule => Some(rule),
+            }
+        }
+        Keep::NoEnv => Some(match (key, value) {
+            ("containers" | "initContainers", Json::Array(_)) => &CONTAINERS,
+            _ => &Keep::NoEnv,
+        }),
+        Keep::All | Keep::Each(_) | Keep::Drop => Some(&Keep::All),
     }
 }
 
