@@ -167,7 +167,11 @@ pub async fn run(
                         tokio::time::sleep(delay).await;
                     }
                     Ok(event) => {
-                        errors = 0;
+                        // The watcher restarts with `Init` after every error: only what
+                        // follows it is progress (else the delay never grows).
+                        if !matches!(event, Event::Init) {
+                            errors = 0;
+                        }
                         match event {
                             Event::Init => listing.clear(),
                             Event::InitApply(obj) => {

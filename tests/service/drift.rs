@@ -275,3 +275,46 @@ fn scopeguard(task: tokio::task::JoinHandle<()>) -> impl Drop {
     }
     Abort(task)
 }
+
+/// A cluster that refuses the CRD list is asked again with a growing delay (the watcher's
+/// restart after each error is not progress), and the warning is logged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_crd_list_is_retried_with_a_growing_delay() {
+    let fake = FakeApiServer::new();
+    fake.register("v1", "Pod", "pods", true);
+    fake.register(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        true,
+    );
+    fake.fail_lists(CRDS, 403, 0, usize::MAX);
+    let index = Arc::new(Index::new(Catalog::default(), &[source::SOURCE]));
+    let report = Arc::new(LoadReport::default());
+    let publisher = Publisher::new(Layers::new(), index.clone(), report.clone());
+    publisher.update(|_| {});
+    let settings = source::Settings {
+        backoff: source::Backoff {
+            initial: Duration::from_millis(100),
+            factor: 2.0,
+            max: Duration::from_secs(30),
+            jitter: 0.0,
+        },
+        ..source::Settings::default()
+    };
+    let task = tokio::spawn(source::run(
+        fake.client(),
+        index.clone(),
+        settings,
+        Some(publisher),
+    ));
+    let _abort = scopeguard(task);
+    // Asked at about 0, 0.1, 0.3, 0.7 and 1.5 s: five times in 2 s (twenty at a fixed
+    // 100 ms).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let asked = fake.requests(CRDS, false);
+    assert!(
+        (2..=7).contains(&asked),
+        "CRD list asked {asked} times in 2 s"
+    );
+}
