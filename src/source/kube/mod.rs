@@ -2,8 +2,10 @@
 //! definition layers.
 //!
 //! Layout: this module plans what to watch (discovery, modes, readiness, the task per kind);
-//! [`informer`] drives one kind's watcher into a sink (the index or the definitions);
-//! [`convert`] turns watched objects into JSON documents.
+//! [`informer`] drives one kind's watcher into a sink (the index or the definitions), lists
+//! converted beside their download and handed over in parts; [`document`] parses fully
+//! watched objects straight into what the index keeps of them; [`convert`] turns watched
+//! objects into JSON documents.
 //!
 //! What is watched, per group+kind (see [`wanted_kinds`] and [`Mode`]):
 //! - root kinds of the catalog and core v1 Pod: full objects (what is never cached is left
