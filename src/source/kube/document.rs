@@ -259,3 +259,108 @@ fn field_rule<'k>(keep: &'k Keep, key: &str) -> Option<&'k Keep> {
         Keep::All | Keep::Each(_) | Keep::NoEnv => Some(&Keep::All),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::Limits;
+    use crate::model::Cached;
+    use serde_json::json;
+
+    /// What the index keeps of `full` when it arrives as a `Document<R>` (the list item as
+    /// the API server sends it, without apiVersion/kind) and as the whole object.
+    fn both<R: Rule>(full: &Json) -> (Document<R>, Cached, Cached) {
+        let mut item = full.clone();
+        if let Some(map) = item.as_object_mut() {
+            map.remove("apiVersion");
+            map.remove("kind");
+        }
+        let doc: Document<R> = serde_json::from_str(&item.to_string()).unwrap();
+        let mut projected = doc.json.clone();
+        for key in ["apiVersion", "kind"] {
+            projected[key] = full[key].clone();
+        }
+        // Packing the whole object first puts its keys in the key table, so both pack to the
+        // same bytes when they hold the same (a key is written inline when first seen).
+        let _ = Cached::from_json(full, Limits::default());
+        let kept = Cached::from_json(&projected, Limits::default()).unwrap();
+        let whole = Cached::from_json(full, Limits::default()).unwrap();
+        (doc, kept, whole)
+    }
+
+    #[test]
+    fn a_pod_keeps_what_the_index_keeps_and_its_resource_version() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "p", "namespace": "ns", "uid": "u-1", "resourceVersion": "42",
+                "labels": {"app": "a"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{…}", "x": "y"},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                                     "uid": "j-1", "controller": true}],
+                "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
+                "creationTimestamp": "2025-06-01T08:00:00Z"
+            },
+            "spec": {
+                "nodeName": "n1",
+                "containers": [{"name": "c", "image": "i", "env": [{"name": "SECRET", "value": "s"}],
+                                "resources": {"requests": {"cpu": "2", "nvidia.com/gpu": "1"}}}],
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "tolerations": [{"key": "k", "operator": "Exists"}]
+            },
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "t"}],
+                "containerStatuses": [{"name": "c", "ready": true, "restartCount": 1,
+                                       "state": {"running": {"startedAt": "t"}}}],
+                "podIP": "10.0.0.1"
+            }
+        });
+        let (doc, kept, whole) = both::<PodRule>(&pod);
+        assert!(kept.same(&whole), "{kept:?}\n{whole:?}");
+        assert_eq!(doc.meta().resource_version.as_deref(), Some("42"));
+        assert_eq!(doc.meta().name.as_deref(), Some("p"));
+        // Dropped by the parser, not only by the packer.
+        assert!(doc.json["metadata"].get("managedFields").is_none());
+        assert!(doc.json["spec"].get("volumes").is_none());
+        assert!(doc.json["spec"]["containers"][0].get("env").is_none());
+        assert!(doc.json["status"].get("podIP").is_none());
+    }
+
+    #[test]
+    fn another_object_keeps_what_the_index_keeps() {
+        let job = json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {
+                "name": "js", "namespace": "ns", "uid": "js-1", "resourceVersion": "7",
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{…}"},
+                "managedFields": [{"manager": "m"}]
+            },
+            "spec": {"replicatedJobs": [{"name": "w", "replicas": 2, "template": {"spec": {
+                "template": {"spec": {"containers": [{"name": "c", "env": [{"name": "E"}],
+                                                     "resources": {"limits": {"cpu": "1"}}}]}}}}}]},
+            "status": {"conditions": [{"type": "Completed", "status": "False"}]}
+        });
+        let (doc, kept, whole) = both::<ObjectRule>(&job);
+        assert!(kept.same(&whole), "{kept:?}\n{whole:?}");
+        assert_eq!(doc.meta().resource_version.as_deref(), Some("7"));
+        assert!(doc.json["metadata"].get("managedFields").is_none());
+        assert_eq!(doc.json["metadata"]["annotations"], json!({}));
+    }
+
+    #[test]
+    fn odd_shapes_still_parse() {
+        // Fields of an unexpected type are kept as they are (the packer decides), nulls and
+        // numbers of every kind parse, and a missing metadata gives no resource version.
+        let odd = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "uid": "u", "labels": null, "resourceVersion": 5},
+            "spec": {"containers": "none", "priority": -3, "overhead": {"cpu": 1.5}},
+            "status": [1, 2]});
+        let (doc, kept, whole) = both::<PodRule>(&odd);
+        assert!(kept.same(&whole), "{kept:?}\n{whole:?}");
+        assert_eq!(doc.meta().resource_version, None);
+        let none: Document<PodRule> = serde_json::from_str(r#"{"spec": {}}"#).unwrap();
+        assert_eq!(none.meta().resource_version, None);
+        assert!(serde_json::from_str::<Document<PodRule>>("[1, 2]").is_ok());
+    }
+}
