@@ -22,7 +22,17 @@ impl Batch<'_> {
     pub fn apply(&mut self, json: &Json, source: &str) -> Result<String, String> {
         // A pod keeps its unpacked value for the resolution at the end of the batch, then
         // drops what it did not use.
-        let cached = Cached::from_json_keeping_value(json, self.index.limits)?;
+        let mut cached = Cached::from_json_keeping_value(json, self.index.limits)?;
+        // Shared with the key while the object is still unshared (see `Index::insert`).
+        let identity = cached.meta().identity();
+        if let Some(key) = self
+            .index
+            .objects()
+            .entries
+            .get_key_value(identity.as_str())
+        {
+            cached.share_uid(key.0);
+        }
         if let Cached::Pod(p) = &cached {
             self.keep.push(p.clone());
         }

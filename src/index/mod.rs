@@ -447,7 +447,7 @@ impl Index {
         // their questions.
         let whole = self
             .board
-            .get(root.uid.as_str())
+            .get(&root.uid)
             .is_some_and(|w| !cut_short(&w.graph));
         if !whole {
             return None;
@@ -467,7 +467,7 @@ impl Index {
     }
 
     /// Inserts a converted object; returns its identity.
-    fn insert(&self, w: &mut Writer, cached: Cached, source: &str) -> String {
+    fn insert(&self, w: &mut Writer, mut cached: Cached, source: &str) -> String {
         let uid = cached.meta().identity();
         if let Some(ns) = &self.namespace
             && &cached.meta().namespace != ns
@@ -484,7 +484,11 @@ impl Index {
         match self.pod_unchanged(&uid, &cached, source) {
             Some(true) => return uid,
             Some(false) => {
-                if let Some(old) = self.objects_mut().entries.get_mut(uid.as_str()) {
+                let mut objects = self.objects_mut();
+                if let Some(key) = objects.entries.get_key_value(uid.as_str()).map(|(k, _)| k) {
+                    cached.share_uid(&key.clone());
+                }
+                if let Some(old) = objects.entries.get_mut(uid.as_str()) {
                     old.cached = cached;
                 }
                 return uid;
@@ -494,7 +498,9 @@ impl Index {
         let source = w.source(source);
         let catalog = self.catalog.load();
         let mut objects = self.objects_mut();
-        let shared = objects.uid(&uid);
+        // One copy of the uid: the map's key, else the object's own.
+        let shared = objects.uid_or(&uid, &cached.meta().uid);
+        cached.share_uid(&shared);
         let mut root = None;
         if let Some(old) = objects.entries.get(uid.as_str()) {
             root = old.root.clone();

@@ -129,7 +129,7 @@ mod tests {
             kind: kind.to_owned(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
-            uid: uid.to_owned(),
+            uid: uid.into(),
             ..ObjectMeta::default()
         }
     }

@@ -136,6 +136,26 @@ impl<'a> IntoIterator for &'a Children {
     }
 }
 
+impl Objects {
+    /// [`Objects::uid`], taking `own` (an object's copy of its uid) when no map holds one.
+    pub(super) fn uid_or(&self, uid: &str, own: &Uid) -> Uid {
+        self.entries
+            .get_key_value(uid)
+            .map(|(k, _)| k)
+            .or_else(|| self.children.get_key_value(uid).map(|(k, _)| k))
+            .map_or_else(
+                || {
+                    if own.as_ref() == uid {
+                        own.clone()
+                    } else {
+                        Arc::from(uid)
+                    }
+                },
+                Arc::clone,
+            )
+    }
+}
+
 /// The objects as an owner graph (for controller chains).
 pub(super) struct Graph<'a>(pub(super) &'a HashMap<Uid, Entry>);
 

@@ -155,7 +155,7 @@ impl Index {
                             Some(AttributedPod {
                                 namespace: meta.namespace.clone(),
                                 name: meta.name.clone(),
-                                uid: meta.uid.clone(),
+                                uid: meta.uid.to_string(),
                                 component: component.to_owned(),
                             })
                         })
@@ -311,7 +311,7 @@ impl Index {
             kind: meta.kind.clone(),
             namespace: meta.namespace.clone(),
             name: meta.name.clone(),
-            uid: meta.uid.clone(),
+            uid: meta.uid.to_string(),
         })
     }
 

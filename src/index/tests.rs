@@ -282,3 +282,22 @@ fn children_stay_a_short_list_until_many_and_keep_each_uid_once() {
     }
     assert!(c.is_empty());
 }
+
+#[test]
+fn an_object_and_its_key_share_one_copy_of_the_uid() {
+    let index = Index::new(catalog(), &[]);
+    index.apply(&group("a", json!({})), "files").unwrap();
+    index.apply(&pod("a-p", "a"), "files").unwrap();
+    // A changed pod replaces the cached one under the same key.
+    let mut changed = pod("a-p", "a");
+    changed["spec"]["nodeName"] = json!("m");
+    index.apply(&changed, "files").unwrap();
+    let objects = index.objects();
+    for uid in ["uid-a", "uid-a-p"] {
+        let (key, entry) = objects.entries.get_key_value(uid).unwrap();
+        assert!(
+            std::sync::Arc::ptr_eq(key, &entry.cached.meta().uid),
+            "{uid}: two copies"
+        );
+    }
+}

@@ -69,7 +69,7 @@ impl Index {
                         Some(UnownedGpuPod {
                             namespace: pod.meta.namespace.clone(),
                             name: pod.meta.name.clone(),
-                            uid: pod.meta.uid.clone(),
+                            uid: pod.meta.uid.to_string(),
                             owner_kind: top.map(|o| o.kind.clone()).unwrap_or_default(),
                             owner_name: top.map(|o| o.name.clone()).unwrap_or_default(),
                             gpus: pod.request.proto.gpus,

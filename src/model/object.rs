@@ -43,8 +43,8 @@ pub struct ObjectMeta {
     pub name: String,
     /// `metadata.namespace` (empty for cluster-scoped objects).
     pub namespace: String,
-    /// `metadata.uid`.
-    pub uid: String,
+    /// `metadata.uid` (shared with the index's key for the object).
+    pub uid: Arc<str>,
     /// `metadata.creationTimestamp`.
     pub created: String,
     /// `metadata.ownerReferences`.
@@ -78,7 +78,7 @@ impl ObjectMeta {
             kind: text(json.get("kind")),
             name: field("name"),
             namespace: field("namespace"),
-            uid: field("uid"),
+            uid: Arc::from(field("uid")),
             created: field("creationTimestamp"),
             owners,
         };
@@ -113,7 +113,7 @@ impl ObjectMeta {
         if self.uid.is_empty() {
             format!("{}:{}:{}", self.api_version, self.kind, self.key())
         } else {
-            self.uid.clone()
+            self.uid.to_string()
         }
     }
 }
@@ -160,6 +160,20 @@ impl Cached {
         } else {
             Cached::Object(Arc::new(Object::from_json(json, limits)?))
         })
+    }
+
+    /// Makes the object hold `uid` (the same text, shared) as its `metadata.uid`, when no
+    /// one else holds the object yet.
+    pub(crate) fn share_uid(&mut self, uid: &Arc<str>) {
+        let meta = match self {
+            Cached::Object(o) => Arc::get_mut(o).map(|o| &mut o.meta),
+            Cached::Pod(p) => Arc::get_mut(p).map(|p| &mut p.meta),
+        };
+        if let Some(meta) = meta
+            && *meta.uid == **uid
+        {
+            meta.uid = uid.clone();
+        }
     }
 
     /// The metadata.
@@ -477,7 +491,7 @@ impl Pod {
     pub fn info(&self) -> crate::proto::v1::PodInfo {
         crate::proto::v1::PodInfo {
             name: self.meta.name.clone(),
-            uid: self.meta.uid.clone(),
+            uid: self.meta.uid.to_string(),
             node: self.node.to_string(),
             phase: self.phase.to_string(),
             ready: self.ready,

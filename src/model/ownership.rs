@@ -28,7 +28,7 @@ pub fn controller_chain<'g>(start: &'g ObjectMeta, graph: &'g dyn OwnerGraph) ->
         let Some(owner) = current.controller() else {
             break;
         };
-        if owner.uid == start.uid || chain.iter().any(|o| o.uid == owner.uid) {
+        if *owner.uid == *start.uid || chain.iter().any(|o| o.uid == owner.uid) {
             break;
         }
         chain.push(owner);
@@ -84,7 +84,7 @@ pub fn root_of(object: &ObjectMeta, graph: &dyn OwnerGraph, catalog: &Catalog) -
 /// The owner cycle above `start`, if its controller chain runs into one: the names around
 /// the cycle, for a warning.
 pub fn cycle_above(start: &ObjectMeta, graph: &dyn OwnerGraph) -> Option<Vec<String>> {
-    let mut seen: Vec<&str> = vec![start.uid.as_str()];
+    let mut seen: Vec<&str> = vec![&*start.uid];
     let mut names = vec![format!("{}/{}", start.kind, start.name)];
     let mut current = start;
     for _ in 0..MAX_HOPS {

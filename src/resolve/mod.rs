@@ -209,7 +209,7 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
             kind: meta.kind.clone(),
             namespace: meta.namespace.clone(),
             name: meta.name.clone(),
-            uid: meta.uid.clone(),
+            uid: meta.uid.to_string(),
         }),
         cluster: String::new(),
         definition: Some(pb::DefinitionRef {

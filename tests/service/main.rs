@@ -580,7 +580,7 @@ async fn the_server_agrees_with_offline_resolution_on_every_demo_workload() {
         let offline = snapshot.resolve(&catalog, &root, None).unwrap().workload;
         let served = listed
             .iter()
-            .find(|w| w.r#ref.as_ref().unwrap().uid == root.uid)
+            .find(|w| w.r#ref.as_ref().unwrap().uid == *root.uid)
             .expect("served");
         let name = format!("{}/{}", root.kind, root.key());
         assert_eq!(served.pods, offline.pods, "{name}");

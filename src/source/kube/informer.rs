@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinError, JoinHandle};
 
 /// One kind's watcher task in its mode.
 pub(super) async fn watch_kind(ctx: Arc<Ctx>, ar: ApiResource, mode: Mode) {
@@ -251,13 +251,18 @@ async fn drive<K: IntoJson, S: Sink>(
 const CHUNK: usize = 256;
 /// Chunks converting at once per list.
 const IN_FLIGHT: usize = 2;
+/// Chunks converting at once, all lists together: what is kept of every object is then
+/// allocated by a few threads (each thread's allocator heap keeps partly used pages of its
+/// own, for every size class).
+const CONVERTERS: usize = 2;
+static CONVERTING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CONVERTERS);
 
 /// A (re)list being received: objects are converted in chunks on blocking threads while the
 /// next pages download (at most [`IN_FLIGHT`] chunks at once, so a list is never held as
 /// JSON), and come out in list order.
 struct Listing<T> {
     chunk: Vec<Json>,
-    converting: VecDeque<JoinHandle<Vec<T>>>,
+    converting: VecDeque<JoinHandle<Result<Vec<T>, JoinError>>>,
 }
 
 impl<T> Default for Listing<T> {
@@ -285,10 +290,11 @@ impl<T: Send + 'static> Listing<T> {
 
     fn send(&mut self, convert: fn(Json) -> T) {
         let chunk = std::mem::take(&mut self.chunk);
-        self.converting
-            .push_back(tokio::task::spawn_blocking(move || {
-                chunk.into_iter().map(convert).collect()
-            }));
+        self.converting.push_back(tokio::spawn(async move {
+            // The semaphore is never closed.
+            let _turn = CONVERTING.acquire().await.ok();
+            tokio::task::spawn_blocking(move || chunk.into_iter().map(convert).collect()).await
+        }));
     }
 
     async fn collect_oldest(&mut self) -> Vec<T> {
@@ -296,11 +302,11 @@ impl<T: Send + 'static> Listing<T> {
             return Vec::new();
         };
         match handle.await {
-            Ok(items) => items,
+            Ok(Ok(items)) => items,
             // A conversion that panicked is a bug: it fails this task as converting inline
             // would have.
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(_) => Vec::new(),
+            Ok(Err(e)) | Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            _ => Vec::new(),
         }
     }
 
