@@ -22,21 +22,21 @@ impl Batch<'_> {
     pub fn apply(&mut self, json: &Json, source: &str) -> Result<String, String> {
         // A pod keeps its unpacked value for the resolution at the end of the batch, then
         // drops what it did not use.
-        let mut cached = Cached::from_json_keeping_value(json, self.index.limits)?;
-        // Shared with the key while the object is still unshared (see `Index::insert`).
-        let identity = cached.meta().identity();
-        if let Some(key) = self
-            .index
-            .objects()
-            .entries
-            .get_key_value(identity.as_str())
+        let cached = Cached::from_json_keeping_value(json, self.index.limits)?;
+        let is_pod = matches!(cached, Cached::Pod(_));
+        let uid = self.index.insert(&mut self.writer, cached, source);
+        // The pod as stored (an unchanged update keeps the cached copy, which holds no value).
+        if is_pod
+            && let Some(Cached::Pod(p)) = self
+                .index
+                .objects()
+                .entries
+                .get(uid.as_str())
+                .map(|e| &e.cached)
         {
-            cached.share_uid(key.0);
-        }
-        if let Cached::Pod(p) = &cached {
             self.keep.push(p.clone());
         }
-        Ok(self.index.insert(&mut self.writer, cached, source))
+        Ok(uid)
     }
 
     /// Removes one object by uid (or identity).
@@ -85,7 +85,7 @@ impl Batch<'_> {
             match item {
                 Ok(cached) => {
                     let uid = self.index.insert(&mut self.writer, cached, source);
-                    seen.insert(self.index.objects().uid(&uid));
+                    seen.insert(uid);
                 }
                 Err(e) => skipped.push(e),
             }
@@ -115,7 +115,7 @@ impl Batch<'_> {
             match item {
                 Ok(cached) => {
                     let uid = self.index.insert(&mut self.writer, cached, &source);
-                    listing.seen.insert(self.index.objects().uid(&uid));
+                    listing.seen.insert(uid);
                 }
                 Err(e) => listing.skipped.push(e),
             }
@@ -138,13 +138,13 @@ impl Batch<'_> {
     }
 
     /// Removes what `source` holds beyond `seen`.
-    fn remove_stale(&mut self, source: &str, seen: &HashSet<Uid>) {
+    fn remove_stale(&mut self, source: &str, seen: &HashSet<String>) {
         let stale: Vec<Uid> = self
             .index
             .objects()
             .entries
             .iter()
-            .filter(|(uid, e)| e.source.as_ref() == source && !seen.contains(*uid))
+            .filter(|(uid, e)| e.source.as_ref() == source && !seen.contains(uid.as_ref()))
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in stale {

@@ -70,7 +70,7 @@ struct Writer {
 /// once, when it ends) and the objects it skipped.
 #[derive(Default)]
 struct Listing {
-    seen: HashSet<Uid>,
+    seen: HashSet<String>,
     dirty: BTreeSet<Uid>,
     skipped: Vec<String>,
 }

@@ -78,7 +78,11 @@ impl ObjectMeta {
             kind: text(json.get("kind")),
             name: field("name"),
             namespace: field("namespace"),
-            uid: Arc::from(field("uid")),
+            uid: Arc::from(
+                meta.and_then(|m| m.get("uid"))
+                    .and_then(Json::as_str)
+                    .unwrap_or_default(),
+            ),
             created: field("creationTimestamp"),
             owners,
         };

@@ -84,29 +84,14 @@ async fn crd_changes_show_as_drift_and_empty_paths_are_counted() {
     fake.register("v1", "Pod", "pods", true);
     fake.register("batch/v1", "Job", "jobs", true);
     fake.register("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", true);
-    fake.register(
-        "apiextensions.k8s.io/v1",
-        "CustomResourceDefinition",
-        "customresourcedefinitions",
-        true,
-    );
+    register_crds(&fake);
     fake.upsert(jobset_crd());
 
-    let index = Arc::new(Index::new(Catalog::default(), &[source::SOURCE]));
-    let report = Arc::new(LoadReport::default());
-    let publisher = Publisher::new(Layers::new(), index.clone(), report.clone());
-    publisher.update(|_| {});
     let settings = source::Settings {
         rediscover: Duration::from_millis(200),
         ..source::Settings::default()
     };
-    let task = tokio::spawn(source::run(
-        fake.client(),
-        index.clone(),
-        settings,
-        Some(publisher),
-    ));
-    let _abort = scopeguard(task);
+    let (index, report, _abort) = run_source(&fake, settings);
     let (channel, _shutdown) = serve_index(index.clone(), report.clone()).await;
     let mut client = DefinitionsClient::new(channel);
     let metrics = Metrics::new(index.clone(), report.clone());
@@ -203,12 +188,7 @@ async fn crd_changes_show_as_drift_and_empty_paths_are_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_cluster_reads_the_crds_of_the_kubeconfig_cluster() {
     let fake = FakeApiServer::new();
-    fake.register(
-        "apiextensions.k8s.io/v1",
-        "CustomResourceDefinition",
-        "customresourcedefinitions",
-        true,
-    );
+    register_crds(&fake);
     fake.upsert(drifted(jobset_crd()));
     let url = fake.serve_http().await;
     let dir = crate::temp_dir("kubeconfig");
@@ -266,6 +246,35 @@ async fn check_cluster_reads_the_crds_of_the_kubeconfig_cluster() {
 }
 
 /// Aborts the task when dropped.
+/// Serves CustomResourceDefinitions (none yet).
+fn register_crds(fake: &FakeApiServer) {
+    fake.register(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        true,
+    );
+}
+
+/// The Kubernetes source over `fake` with a definitions publisher (so the CRD watch runs),
+/// until the guard is dropped.
+fn run_source(
+    fake: &FakeApiServer,
+    settings: source::Settings,
+) -> (Arc<Index>, Arc<LoadReport>, impl Drop) {
+    let index = Arc::new(Index::new(Catalog::default(), &[source::SOURCE]));
+    let report = Arc::new(LoadReport::default());
+    let publisher = Publisher::new(Layers::new(), index.clone(), report.clone());
+    publisher.update(|_| {});
+    let task = tokio::spawn(source::run(
+        fake.client(),
+        index.clone(),
+        settings,
+        Some(publisher),
+    ));
+    (index, report, scopeguard(task))
+}
+
 fn scopeguard(task: tokio::task::JoinHandle<()>) -> impl Drop {
     struct Abort(tokio::task::JoinHandle<()>);
     impl Drop for Abort {
@@ -277,22 +286,13 @@ fn scopeguard(task: tokio::task::JoinHandle<()>) -> impl Drop {
 }
 
 /// A cluster that refuses the CRD list is asked again with a growing delay (the watcher's
-/// restart after each error is not progress), and the warning is logged once.
+/// restart after each error is not progress).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_crd_list_is_retried_with_a_growing_delay() {
     let fake = FakeApiServer::new();
     fake.register("v1", "Pod", "pods", true);
-    fake.register(
-        "apiextensions.k8s.io/v1",
-        "CustomResourceDefinition",
-        "customresourcedefinitions",
-        true,
-    );
+    register_crds(&fake);
     fake.fail_lists(CRDS, 403, 0, usize::MAX);
-    let index = Arc::new(Index::new(Catalog::default(), &[source::SOURCE]));
-    let report = Arc::new(LoadReport::default());
-    let publisher = Publisher::new(Layers::new(), index.clone(), report.clone());
-    publisher.update(|_| {});
     let settings = source::Settings {
         backoff: source::Backoff {
             initial: Duration::from_millis(100),
@@ -302,13 +302,7 @@ async fn a_refused_crd_list_is_retried_with_a_growing_delay() {
         },
         ..source::Settings::default()
     };
-    let task = tokio::spawn(source::run(
-        fake.client(),
-        index.clone(),
-        settings,
-        Some(publisher),
-    ));
-    let _abort = scopeguard(task);
+    let _running = run_source(&fake, settings);
     // Asked at about 0, 0.1, 0.3, 0.7 and 1.5 s: five times in 2 s (twenty at a fixed
     // 100 ms).
     tokio::time::sleep(Duration::from_secs(2)).await;

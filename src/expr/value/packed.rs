@@ -43,6 +43,28 @@ pub enum Keep {
     NoEnv,
 }
 
+impl Keep {
+    /// The rule for field `key` of an object kept by this rule, whatever the field holds
+    /// (`None`: the field is left out). Rules that do not name fields keep every field,
+    /// `NoEnv` passing itself down.
+    pub fn field(&self, key: &str) -> Option<&Keep> {
+        let named = |fields: &'static [(&'static str, Keep)]| {
+            fields.iter().find(|(k, _)| *k == key).map(|(_, r)| r)
+        };
+        match self {
+            Keep::Fields(fields) => named(fields),
+            Keep::Shape(fields, rest) => match named(fields).unwrap_or(rest) {
+                Keep::Drop => None,
+                rule => Some(rule),
+            },
+            Keep::Without(skip) => (!skip.contains(&key)).then_some(&Keep::All),
+            Keep::NoEnv => Some(&Keep::NoEnv),
+            Keep::Drop => None,
+            Keep::All | Keep::Each(_) => Some(&Keep::All),
+        }
+    }
+}
+
 /// A container without its environment.
 const NO_ENV_CONTAINER: Keep = Keep::Without(&["env", "envFrom"]);
 
@@ -324,36 +346,18 @@ impl Packer {
 }
 
 /// The rule for field `key` (holding `value`) of an object kept by `keep`; `None` when the
-/// field is left out.
+/// field is left out. [`Keep::field`], refined by what the value is.
 fn field_rule<'k>(keep: &'k Keep, key: &str, value: &Json) -> Option<&'k Keep> {
     const CONTAINERS: Keep = Keep::Each(&NO_ENV_CONTAINER);
-    match keep {
-        Keep::Fields(fields) => {
-            let (_, rule) = fields.iter().find(|(k, _)| *k == key)?;
-            // A field projected as an object (array) that is not one is dropped.
-            let dropped = match rule {
-                Keep::Fields(_) => !value.is_object(),
-                Keep::Each(_) => !value.is_array(),
-                _ => false,
-            };
-            (!dropped).then_some(rule)
+    let rule = keep.field(key)?;
+    match (keep, rule, value) {
+        (Keep::NoEnv, _, Json::Array(_)) if matches!(key, "containers" | "initContainers") => {
+            Some(&CONTAINERS)
         }
-        Keep::Without(skip) => (!skip.contains(&key)).then_some(&Keep::All),
-        Keep::Shape(fields, rest) => {
-            match fields
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map_or(*rest, |(_, r)| r)
-            {
-                Keep::Drop => None,
-                rule => Some(rule),
-            }
-        }
-        Keep::NoEnv => Some(match (key, value) {
-            ("containers" | "initContainers", Json::Array(_)) => &CONTAINERS,
-            _ => &Keep::NoEnv,
-        }),
-        Keep::All | Keep::Each(_) | Keep::Drop => Some(&Keep::All),
+        // A field projected as an object (array) that is not one is dropped.
+        (Keep::Fields(_), Keep::Fields(_), v) if !v.is_object() => None,
+        (Keep::Fields(_), Keep::Each(_), v) if !v.is_array() => None,
+        _ => Some(rule),
     }
 }
 

@@ -6,8 +6,8 @@
 //! keeps ([`POD_PROJECTION`] for pods, [`OBJECT_RULE`] otherwise): what the rule drops is
 //! skipped by the parser without building it. The index applies the same rule again when it
 //! packs the document, so the projection here only has to keep at least what that rule
-//! keeps (it does: it keeps exactly the rule's fields, and whole values where the rule looks
-//! inside them in ways not mirrored here, such as `NoEnv`).
+//! keeps (it does: fields are picked by [`Keep::field`], as the packer picks them, and values
+//! are kept whole where the packer decides by their content, such as `NoEnv`).
 
 use crate::expr::value::Keep;
 use crate::model::{OBJECT_RULE, POD_PROJECTION};
@@ -160,12 +160,12 @@ impl<'de> Visitor<'de> for Project<'_> {
                 if let (Some(slot), Json::String(s)) = (self.version.as_deref_mut(), &value) {
                     *slot = Some(s.clone());
                 }
-                if field_rule(self.keep, &key).is_some() {
+                if self.keep.field(&key).is_some() {
                     out.insert(key, value);
                 }
                 continue;
             }
-            match field_rule(self.keep, &key) {
+            match self.keep.field(&key) {
                 None => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -236,27 +236,6 @@ impl<'de> Visitor<'de> for Project<'_> {
 
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Json, D::Error> {
         de::DeserializeSeed::deserialize(self, d)
-    }
-}
-
-/// The rule for field `key` of an object under `keep` (`None`: the field is dropped). Rules
-/// that do not look at an object's fields keep every field whole.
-fn field_rule<'k>(keep: &'k Keep, key: &str) -> Option<&'k Keep> {
-    match keep {
-        Keep::Fields(fields) => fields.iter().find(|(k, _)| *k == key).map(|(_, r)| r),
-        Keep::Shape(fields, rest) => {
-            match fields
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map_or(*rest, |(_, r)| r)
-            {
-                Keep::Drop => None,
-                rule => Some(rule),
-            }
-        }
-        Keep::Without(skip) => (!skip.contains(&key)).then_some(&Keep::All),
-        Keep::Drop => None,
-        Keep::All | Keep::Each(_) | Keep::NoEnv => Some(&Keep::All),
     }
 }
 
