@@ -23,6 +23,12 @@ impl Batch<'_> {
         // A pod keeps its unpacked value for the resolution at the end of the batch, then
         // drops what it did not use.
         let cached = Cached::from_json_keeping_value(json, self.index.limits)?;
+        Ok(self.apply_converted(cached, source))
+    }
+
+    /// [`Batch::apply`] of an object converted by the caller (a pod keeping its value; see
+    /// [`Cached::from_json_keeping_value`]).
+    pub fn apply_converted(&mut self, cached: Cached, source: &str) -> String {
         let is_pod = matches!(cached, Cached::Pod(_));
         let uid = self.index.insert(&mut self.writer, cached, source);
         // The pod as stored (an unchanged update keeps the cached copy, which holds no value).
@@ -36,7 +42,7 @@ impl Batch<'_> {
         {
             self.keep.push(p.clone());
         }
-        Ok(uid)
+        uid
     }
 
     /// Removes one object by uid (or identity).

@@ -25,6 +25,7 @@ pub const BATCH: usize = 1024;
 
 enum Op {
     Apply(Json, Arc<str>, OwnedSemaphorePermit),
+    ApplyConverted(Result<Cached, String>, Arc<str>, OwnedSemaphorePermit),
     Delete(String, OwnedSemaphorePermit),
     Reset(
         Arc<str>,
@@ -95,6 +96,15 @@ impl Feed {
     pub async fn apply(&self, json: Json, source: &str) {
         if let Some(p) = self.permit().await {
             let _ = self.tx.send(Op::Apply(json, Arc::from(source), p));
+        }
+    }
+
+    /// Adds or replaces one object converted by the caller (see [`Cached::from_parsed`]).
+    pub async fn apply_converted(&self, cached: Result<Cached, String>, source: &str) {
+        if let Some(p) = self.permit().await {
+            let _ = self
+                .tx
+                .send(Op::ApplyConverted(cached, Arc::from(source), p));
         }
     }
 
@@ -212,6 +222,11 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
             match op {
                 Op::Apply(json, source, _permit) => {
                     if let Err(e) = batch.apply(&json, &source) {
+                        tracing::warn!(source = %source, "object skipped: {e}");
+                    }
+                }
+                Op::ApplyConverted(cached, source, _permit) => {
+                    if let Err(e) = cached.map(|c| batch.apply_converted(c, &source)) {
                         tracing::warn!(source = %source, "object skipped: {e}");
                     }
                 }

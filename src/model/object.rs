@@ -3,7 +3,7 @@
 
 use crate::definition::GroupVersionKind;
 use crate::expr::Limits;
-use crate::expr::value::{self, Keep, Packed, as_array, as_str, get, get_path};
+use crate::expr::value::{self, Keep, Packed, Parsed, as_array, as_str, get, get_path};
 use crate::model::Memo;
 use crate::model::resources::{self, Request};
 use jaq_json::Val;
@@ -92,6 +92,42 @@ impl ObjectMeta {
         Ok(out)
     }
 
+    /// Reads metadata from a packed object, as [`ObjectMeta::from_json`] does.
+    pub fn from_packed(packed: &Packed) -> Result<ObjectMeta, String> {
+        let text = |path: &[&str]| packed.text(path).unwrap_or_default().to_owned();
+        let field = |k: &str| text(&["metadata", k]);
+        let owners = packed
+            .lookup(&["metadata", "ownerReferences"])
+            .map(|refs| {
+                let text =
+                    |r: &Val, k: &str| get(r, k).and_then(as_str).unwrap_or_default().to_owned();
+                as_array(&refs)
+                    .iter()
+                    .map(|r| OwnerRef {
+                        api_version: text(r, "apiVersion"),
+                        kind: text(r, "kind"),
+                        name: text(r, "name"),
+                        uid: text(r, "uid"),
+                        controller: matches!(get(r, "controller"), Some(Val::Bool(true))),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let out = ObjectMeta {
+            api_version: text(&["apiVersion"]),
+            kind: text(&["kind"]),
+            name: field("name"),
+            namespace: field("namespace"),
+            uid: Arc::from(packed.text(&["metadata", "uid"]).unwrap_or_default()),
+            created: field("creationTimestamp"),
+            owners,
+        };
+        if out.kind.is_empty() || out.name.is_empty() {
+            return Err("object has no kind or no metadata.name".to_owned());
+        }
+        Ok(out)
+    }
+
     /// The controller owner reference, if any.
     pub fn controller(&self) -> Option<&OwnerRef> {
         self.owners.iter().find(|o| o.controller)
@@ -163,6 +199,27 @@ impl Cached {
             Cached::Pod(Arc::new(Pod::convert(json, limits, keep)?))
         } else {
             Cached::Object(Arc::new(Object::from_json(json, limits)?))
+        })
+    }
+
+    /// Converts a document packed while it was parsed (with [`POD_PROJECTION`] for a pod,
+    /// [`OBJECT_RULE`] otherwise; see [`Parsed`]): the same as [`Cached::from_json`] on the
+    /// document parsed whole. With `keep`, a pod also keeps its unpacked value (see
+    /// [`Cached::from_json_keeping_value`]).
+    pub fn from_parsed(parsed: Parsed, keep: bool) -> Result<Cached, String> {
+        let meta = ObjectMeta::from_packed(&parsed.packed)?;
+        let (packed, problem) = match parsed.over {
+            None => (parsed.packed, None),
+            Some(e) => (Packed::default(), Some(e.to_string())),
+        };
+        Ok(if meta.kind == "Pod" && meta.api_version == "v1" {
+            Cached::Pod(Arc::new(Pod::from_parts(meta, packed, problem, keep)))
+        } else {
+            Cached::Object(Arc::new(Object {
+                meta,
+                packed,
+                problem,
+            }))
         })
     }
 
@@ -395,6 +452,11 @@ impl Pod {
             Ok(p) => (p, None),
             Err(e) => (Packed::default(), Some(e.to_string())),
         };
+        Ok(Pod::from_parts(meta, packed, problem, keep))
+    }
+
+    /// A pod from its metadata and packed projection: reads what accounting needs.
+    fn from_parts(meta: ObjectMeta, packed: Packed, problem: Option<String>, keep: bool) -> Pod {
         let whole = keep.then(|| packed.to_val());
         let v = &match &whole {
             Some(v) => v.clone(),
@@ -457,7 +519,7 @@ impl Pod {
         if let Some(v) = whole {
             memo.keep_value(v);
         }
-        Ok(Pod {
+        Pod {
             node: node.into(),
             phase: phase.into(),
             ready,
@@ -469,7 +531,7 @@ impl Pod {
             packed,
             problem: problem.map(String::into_boxed_str),
             memo,
-        })
+        }
     }
 
     /// The pod as a jq value (unpacked on every call; `null` when unreadable).

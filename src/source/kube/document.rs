@@ -1,20 +1,18 @@
-//! Watched objects decoded straight from the API server's JSON into the part the index keeps.
+//! Watched objects decoded straight from the API server's JSON into the form the index keeps.
 //!
 //! kube-rs' `DynamicObject` reads an object twice over (its flattened body is buffered, the
 //! typed metadata is then serialized back to JSON), and keeps everything, managed fields and
-//! all. A [`Document`] reads the JSON once, keeping only what the index's rule for the kind
-//! keeps ([`POD_PROJECTION`] for pods, [`OBJECT_RULE`] otherwise): what the rule drops is
-//! skipped by the parser without building it. The index applies the same rule again when it
-//! packs the document, so the projection here only has to keep at least what that rule
-//! keeps (it does: fields are picked by [`Keep::field`], as the packer picks them, and values
-//! are kept whole where the packer decides by their content, such as `NoEnv`).
+//! all. A [`Document`] is packed while it is parsed ([`PackSeed`]), keeping only what the
+//! index's rule for the kind keeps ([`POD_PROJECTION`] for pods, [`OBJECT_RULE`] otherwise):
+//! no JSON tree is built, and what the rule drops is skipped by the parser. The index
+//! converts the result as it would the whole object (`Cached::from_parsed`).
 
-use crate::expr::value::Keep;
+use crate::expr::Limits;
+use crate::expr::value::{Keep, PackSeed, Parsed};
 use crate::model::{OBJECT_RULE, POD_PROJECTION};
 use ::kube::api::ApiResource;
 use ::kube::core::{DynamicResourceScope, ObjectMeta, Resource};
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Number, Value as Json};
+use serde::de::{self, DeserializeSeed, Deserializer};
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
@@ -41,14 +39,36 @@ impl Rule for ObjectRule {
     const KEEP: &'static Keep = &OBJECT_RULE;
 }
 
-/// One watched object, projected by `R` while it is parsed. `meta` holds what the watcher
-/// reads (the resource version, which the projection may drop) and the object's name.
+/// What the watcher reads of an object, captured while it is parsed (whether the rule keeps
+/// it or not): name, namespace, uid, resource version.
+const CAPTURE: &[&[&str]] = &[
+    &["metadata", "name"],
+    &["metadata", "namespace"],
+    &["metadata", "uid"],
+    &["metadata", "resourceVersion"],
+];
+
+/// One watched object, packed by `R` while it is parsed. `meta` holds what the watcher
+/// reads (the resource version, which the projection may drop, and the object's name).
 #[derive(Clone, Debug)]
 pub(super) struct Document<R> {
-    /// The projected object, without `apiVersion`/`kind` when the server left them out.
-    pub json: Json,
+    /// The projected object, packed, without `apiVersion`/`kind` when the server left them
+    /// out (see [`Document::into_parsed`]).
+    parsed: Parsed,
     meta: ObjectMeta,
     rule: PhantomData<R>,
+}
+
+impl<R> Document<R> {
+    /// The packed object with the watched kind's `apiVersion` and `kind` (list items of
+    /// built-in kinds come without them).
+    pub fn into_parsed(self, ar: &ApiResource) -> Parsed {
+        let mut parsed = self.parsed;
+        parsed.packed = parsed
+            .packed
+            .with_strings(&[("apiVersion", &ar.api_version), ("kind", &ar.kind)]);
+        parsed
+    }
 }
 
 impl<R: Rule> Resource for Document<R> {
@@ -86,156 +106,26 @@ impl<R: Rule> Resource for Document<R> {
 
 impl<'de, R: Rule> de::Deserialize<'de> for Document<R> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut version = None;
-        let json = d.deserialize_any(Project {
+        let mut parsed = PackSeed {
             keep: R::KEEP,
-            version: Some(&mut version),
-            level: Level::Top,
-        })?;
-        let text = |key: &str| {
-            json.get("metadata")
-                .and_then(|m| m.get(key))
-                .and_then(Json::as_str)
-                .map(str::to_owned)
-        };
+            limits: Limits::default(),
+            capture: CAPTURE,
+        }
+        .deserialize(d)?;
+        let mut captured = std::mem::take(&mut parsed.captured).into_iter();
+        let mut next = || captured.next().flatten();
         let meta = ObjectMeta {
-            name: text("name"),
-            namespace: text("namespace"),
-            uid: text("uid"),
-            resource_version: version,
+            name: next(),
+            namespace: next(),
+            uid: next(),
+            resource_version: next(),
             ..ObjectMeta::default()
         };
         Ok(Document {
-            json,
+            parsed,
             meta,
             rule: PhantomData,
         })
-    }
-}
-
-/// Where a [`Project`] is: the object itself (whose `metadata` holds the resource version),
-/// its metadata, or anywhere below.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Level {
-    Top,
-    Metadata,
-    Below,
-}
-
-/// Parses one value, keeping what `keep` keeps (and whole values where it is not sure), and
-/// takes `metadata.resourceVersion` into `version` whether kept or not.
-struct Project<'a> {
-    keep: &'a Keep,
-    version: Option<&'a mut Option<String>>,
-    level: Level,
-}
-
-impl<'de> DeserializeSeed<'de> for Project<'_> {
-    type Value = Json;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Json, D::Error> {
-        match self.keep {
-            // Only maps and sequences are projected; any other rule keeps the whole value.
-            Keep::Fields(_) | Keep::Shape(..) | Keep::Without(_) | Keep::Each(_) => {
-                d.deserialize_any(self)
-            }
-            _ if self.level != Level::Below => d.deserialize_any(self),
-            _ => <Json as de::Deserialize>::deserialize(d),
-        }
-    }
-}
-
-impl<'de> Visitor<'de> for Project<'_> {
-    type Value = Json;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Json, A::Error> {
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if self.level == Level::Metadata && key == "resourceVersion" {
-                let value: Json = map.next_value()?;
-                if let (Some(slot), Json::String(s)) = (self.version.as_deref_mut(), &value) {
-                    *slot = Some(s.clone());
-                }
-                if self.keep.field(&key).is_some() {
-                    out.insert(key, value);
-                }
-                continue;
-            }
-            match self.keep.field(&key) {
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-                Some(rule) => {
-                    let (level, version) = match (self.level, key.as_str()) {
-                        (Level::Top, "metadata") => (Level::Metadata, self.version.as_deref_mut()),
-                        _ => (Level::Below, None),
-                    };
-                    let value = map.next_value_seed(Project {
-                        keep: rule,
-                        version,
-                        level,
-                    })?;
-                    out.insert(key, value);
-                }
-            }
-        }
-        Ok(Json::Object(out))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
-        let item = match self.keep {
-            Keep::Each(item) => *item,
-            _ => &Keep::All,
-        };
-        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
-        while let Some(value) = seq.next_element_seed(Project {
-            keep: item,
-            version: None,
-            level: Level::Below,
-        })? {
-            out.push(value);
-        }
-        Ok(Json::Array(out))
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<Json, E> {
-        Ok(Json::Bool(v))
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<Json, E> {
-        Ok(Json::Number(v.into()))
-    }
-
-    fn visit_u64<E>(self, v: u64) -> Result<Json, E> {
-        Ok(Json::Number(v.into()))
-    }
-
-    fn visit_f64<E>(self, v: f64) -> Result<Json, E> {
-        Ok(Number::from_f64(v).map_or(Json::Null, Json::Number))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Json, E> {
-        Ok(Json::String(v.to_owned()))
-    }
-
-    fn visit_string<E>(self, v: String) -> Result<Json, E> {
-        Ok(Json::String(v))
-    }
-
-    fn visit_unit<E>(self) -> Result<Json, E> {
-        Ok(Json::Null)
-    }
-
-    fn visit_none<E>(self) -> Result<Json, E> {
-        Ok(Json::Null)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Json, D::Error> {
-        de::DeserializeSeed::deserialize(self, d)
     }
 }
 
@@ -244,27 +134,38 @@ mod tests {
     use super::*;
     use crate::expr::Limits;
     use crate::model::Cached;
-    use serde_json::json;
+    use serde_json::{Value as Json, json};
 
     /// What the index keeps of `full` when it arrives as a `Document<R>` (the list item as
-    /// the API server sends it, without apiVersion/kind) and as the whole object.
-    fn both<R: Rule>(full: &Json) -> (Document<R>, Cached, Cached) {
+    /// the API server sends it, without apiVersion/kind) and as the whole object; and what
+    /// the document holds, as JSON.
+    fn both<R: Rule>(full: &Json) -> (Document<R>, Cached, Cached, Json) {
         let mut item = full.clone();
         if let Some(map) = item.as_object_mut() {
             map.remove("apiVersion");
             map.remove("kind");
         }
-        let doc: Document<R> = serde_json::from_str(&item.to_string()).unwrap();
-        let mut projected = doc.json.clone();
-        for key in ["apiVersion", "kind"] {
-            projected[key] = full[key].clone();
-        }
+        let text = |k: &str| full[k].as_str().unwrap_or_default().to_owned();
+        let (group, version) = match text("apiVersion").split_once('/') {
+            Some((g, v)) => (g.to_owned(), v.to_owned()),
+            None => (String::new(), text("apiVersion")),
+        };
+        let ar = ApiResource {
+            group,
+            version,
+            api_version: text("apiVersion"),
+            kind: text("kind"),
+            plural: String::new(),
+        };
         // Packing the whole object first puts its keys in the key table, so both pack to the
         // same bytes when they hold the same (a key is written inline when first seen).
         let _ = Cached::from_json(full, Limits::default());
-        let kept = Cached::from_json(&projected, Limits::default()).unwrap();
+        let doc: Document<R> = serde_json::from_str(&item.to_string()).unwrap();
+        let parsed = doc.clone().into_parsed(&ar);
+        let held = parsed.packed.to_json();
+        let kept = Cached::from_parsed(parsed, false).unwrap();
         let whole = Cached::from_json(full, Limits::default()).unwrap();
-        (doc, kept, whole)
+        (doc, kept, whole, held)
     }
 
     #[test]
@@ -295,15 +196,23 @@ mod tests {
                 "podIP": "10.0.0.1"
             }
         });
-        let (doc, kept, whole) = both::<PodRule>(&pod);
+        let (doc, kept, whole, held) = both::<PodRule>(&pod);
         assert!(kept.same(&whole), "{kept:?}\n{whole:?}");
+        let Cached::Pod(p) = &kept else {
+            panic!("not a pod: {kept:?}")
+        };
+        assert_eq!((&*p.node, &*p.phase, p.ready), ("n1", "Running", true));
+        assert_eq!(p.meta.owners.len(), 1);
         assert_eq!(doc.meta().resource_version.as_deref(), Some("42"));
         assert_eq!(doc.meta().name.as_deref(), Some("p"));
-        // Dropped by the parser, not only by the packer.
-        assert!(doc.json["metadata"].get("managedFields").is_none());
-        assert!(doc.json["spec"].get("volumes").is_none());
-        assert!(doc.json["spec"]["containers"][0].get("env").is_none());
-        assert!(doc.json["status"].get("podIP").is_none());
+        assert_eq!(doc.meta().namespace.as_deref(), Some("ns"));
+        assert_eq!(doc.meta().uid.as_deref(), Some("u-1"));
+        assert_eq!(held["kind"], "Pod");
+        assert!(held["metadata"].get("managedFields").is_none());
+        assert!(held["metadata"].get("resourceVersion").is_none());
+        assert!(held["spec"].get("volumes").is_none());
+        assert!(held["spec"]["containers"][0].get("env").is_none());
+        assert!(held["status"].get("podIP").is_none());
     }
 
     #[test]
@@ -320,11 +229,12 @@ mod tests {
                                                      "resources": {"limits": {"cpu": "1"}}}]}}}}}]},
             "status": {"conditions": [{"type": "Completed", "status": "False"}]}
         });
-        let (doc, kept, whole) = both::<ObjectRule>(&job);
+        let (doc, kept, whole, held) = both::<ObjectRule>(&job);
         assert!(kept.same(&whole), "{kept:?}\n{whole:?}");
         assert_eq!(doc.meta().resource_version.as_deref(), Some("7"));
-        assert!(doc.json["metadata"].get("managedFields").is_none());
-        assert_eq!(doc.json["metadata"]["annotations"], json!({}));
+        assert_eq!(held["apiVersion"], "jobset.x-k8s.io/v1alpha2");
+        assert!(held["metadata"].get("managedFields").is_none());
+        assert_eq!(held["metadata"]["annotations"], json!({}));
     }
 
     #[test]
@@ -335,11 +245,47 @@ mod tests {
             "metadata": {"name": "p", "uid": "u", "labels": null, "resourceVersion": 5},
             "spec": {"containers": "none", "priority": -3, "overhead": {"cpu": 1.5}},
             "status": [1, 2]});
-        let (doc, kept, whole) = both::<PodRule>(&odd);
+        let (doc, kept, whole, _) = both::<PodRule>(&odd);
         assert!(kept.same(&whole), "{kept:?}\n{whole:?}");
         assert_eq!(doc.meta().resource_version, None);
         let none: Document<PodRule> = serde_json::from_str(r#"{"spec": {}}"#).unwrap();
         assert_eq!(none.meta().resource_version, None);
         assert!(serde_json::from_str::<Document<PodRule>>("[1, 2]").is_ok());
+    }
+
+    #[test]
+    fn an_object_beyond_the_limits_keeps_its_metadata_and_a_problem() {
+        let big = "x".repeat(Limits::default().max_bytes + 1);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "big", "namespace": "ns", "uid": "u-big", "resourceVersion": "9",
+                         "annotations": {"a": big}},
+            "spec": {"nodeName": "n"}});
+        let (doc, kept, whole, _) = both::<PodRule>(&pod);
+        assert!(kept.same(&whole), "{kept:?}\n{whole:?}");
+        assert_eq!(doc.meta().resource_version.as_deref(), Some("9"));
+        let Cached::Pod(p) = &kept else {
+            panic!("not a pod: {kept:?}")
+        };
+        assert!(p.packed.is_empty());
+        assert!(p.problem.as_deref().unwrap_or_default().contains("budget"));
+        assert_eq!(p.meta.name, "big");
+    }
+
+    #[test]
+    fn an_object_without_a_name_is_rejected_as_the_whole_object_is() {
+        let nameless = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"uid": "u"}});
+        let doc: Document<PodRule> = serde_json::from_str(&nameless.to_string()).unwrap();
+        let ar = ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            plural: "pods".into(),
+        };
+        let parsed = Cached::from_parsed(doc.into_parsed(&ar), false);
+        assert_eq!(
+            parsed.unwrap_err(),
+            Cached::from_json(&nameless, Limits::default()).unwrap_err()
+        );
     }
 }

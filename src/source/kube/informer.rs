@@ -2,7 +2,7 @@
 //! index, or the cluster definition layer), with backoff, readiness and informer metrics;
 //! and what an API error means (retry-after, forbidden and the RBAC to grant).
 
-use super::convert::{IntoJson, identity, to_json};
+use super::convert::{Body, IntoBody, to_body};
 use super::document::{Document, ObjectRule, PodRule};
 use super::{Ctx, Mode, source_name};
 use crate::index::Feed;
@@ -61,7 +61,7 @@ pub(super) trait Sink: Send + Sync {
     /// arrives, so a relist is never held as JSON).
     type Item: Send + 'static;
     /// Converts a listed object (on a blocking thread, beside the list's download).
-    fn convert(json: Json) -> Self::Item;
+    fn convert(body: Body) -> Self::Item;
     /// A (re)list of `source` begins.
     fn begin(&self, source: &str) -> impl Future<Output = ()> + Send;
     /// Part of the list, in order.
@@ -69,17 +69,20 @@ pub(super) trait Sink: Send + Sync {
     /// The list is complete: it replaces everything `source` held.
     fn end(&self, source: &str) -> impl Future<Output = ()> + Send;
     /// Adds or replaces one object.
-    fn apply(&self, source: &str, json: Json) -> impl Future<Output = ()> + Send;
+    fn apply(&self, source: &str, body: Body) -> impl Future<Output = ()> + Send;
     /// Removes one object.
-    fn delete(&self, source: &str, json: &Json) -> impl Future<Output = ()> + Send;
+    fn delete(&self, source: &str, body: &Body) -> impl Future<Output = ()> + Send;
 }
 
 /// The index, through its writer thread.
 impl Sink for Feed {
     type Item = Result<Cached, String>;
 
-    fn convert(json: Json) -> Self::Item {
-        Cached::from_json(&json, crate::expr::Limits::default())
+    fn convert(body: Body) -> Self::Item {
+        match body {
+            Body::Json(json) => Cached::from_json(&json, crate::expr::Limits::default()),
+            Body::Parsed(parsed) => Cached::from_parsed(parsed, false),
+        }
     }
 
     async fn begin(&self, source: &str) {
@@ -104,12 +107,18 @@ impl Sink for Feed {
         }
     }
 
-    async fn apply(&self, source: &str, json: Json) {
-        Feed::apply(self, json, source).await;
+    async fn apply(&self, source: &str, body: Body) {
+        match body {
+            Body::Json(json) => Feed::apply(self, json, source).await,
+            // Converted here, keeping the pod's value for its first resolution.
+            Body::Parsed(parsed) => {
+                Feed::apply_converted(self, Cached::from_parsed(parsed, true), source).await;
+            }
+        }
     }
 
-    async fn delete(&self, _source: &str, json: &Json) {
-        Feed::delete(self, identity(json)).await;
+    async fn delete(&self, _source: &str, body: &Body) {
+        Feed::delete(self, body.identity()).await;
     }
 }
 
@@ -129,7 +138,8 @@ impl Kartas {
 impl Sink for Kartas {
     type Item = (String, String, Json);
 
-    fn convert(json: Json) -> Self::Item {
+    fn convert(body: Body) -> Self::Item {
+        let json = body.into_json();
         let (key, origin) = karta_identity(&json);
         (key, origin, json)
     }
@@ -149,16 +159,20 @@ impl Sink for Kartas {
         }
     }
 
-    async fn apply(&self, _source: &str, json: Json) {
+    async fn apply(&self, _source: &str, body: Body) {
         if let Some(p) = &self.publisher {
+            let json = body.into_json();
             let (key, origin) = karta_identity(&json);
             p.update(|l| l.apply_cluster(&key, &origin, &json));
         }
     }
 
-    async fn delete(&self, _source: &str, json: &Json) {
+    async fn delete(&self, _source: &str, body: &Body) {
         if let Some(p) = &self.publisher {
-            let (key, _) = karta_identity(json);
+            let (key, _) = match body {
+                Body::Json(json) => karta_identity(json),
+                Body::Parsed(parsed) => karta_identity(&parsed.packed.to_json()),
+            };
             p.update(|l| l.delete_cluster(&key));
         }
     }
@@ -167,7 +181,7 @@ impl Sink for Kartas {
 /// Consumes a watcher stream into `sink`: hands each (re)list over in parts as they are
 /// converted (beside the download of the next pages) and ends it when complete, applies and
 /// deletes events as they come, and backs off after errors.
-async fn drive<K: IntoJson, S: Sink>(
+async fn drive<K: IntoBody, S: Sink>(
     ctx: &Ctx,
     ar: &ApiResource,
     sink: &S,
@@ -215,8 +229,8 @@ async fn drive<K: IntoJson, S: Sink>(
                 sink.begin(&source).await;
             }
             Event::InitApply(obj) => {
-                if let Some(json) = to_json(obj, ar) {
-                    let converted = listing.push(json, S::convert).await;
+                if let Some(body) = to_body(obj, ar) {
+                    let converted = listing.push(body, S::convert).await;
                     sink.part(&source, converted).await;
                 }
             }
@@ -231,15 +245,15 @@ async fn drive<K: IntoJson, S: Sink>(
                 }
             }
             Event::Apply(obj) => {
-                if let Some(json) = to_json(obj, ar) {
+                if let Some(body) = to_body(obj, ar) {
                     ctx.on_event(&source, "apply");
-                    sink.apply(&source, json).await;
+                    sink.apply(&source, body).await;
                 }
             }
             Event::Delete(obj) => {
-                if let Some(json) = to_json(obj, ar) {
+                if let Some(body) = to_body(obj, ar) {
                     ctx.on_event(&source, "delete");
-                    sink.delete(&source, &json).await;
+                    sink.delete(&source, &body).await;
                 }
             }
         }
@@ -261,7 +275,7 @@ static CONVERTING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CO
 /// next pages download (at most [`IN_FLIGHT`] chunks at once, so a list is never held as
 /// JSON), and come out in list order.
 struct Listing<T> {
-    chunk: Vec<Json>,
+    chunk: Vec<Body>,
     converting: VecDeque<JoinHandle<Result<Vec<T>, JoinError>>>,
 }
 
@@ -276,8 +290,8 @@ impl<T> Default for Listing<T> {
 
 impl<T: Send + 'static> Listing<T> {
     /// Adds one listed object; returns the objects converted meanwhile (in list order).
-    async fn push(&mut self, json: Json, convert: fn(Json) -> T) -> Vec<T> {
-        self.chunk.push(json);
+    async fn push(&mut self, body: Body, convert: fn(Body) -> T) -> Vec<T> {
+        self.chunk.push(body);
         if self.chunk.len() >= CHUNK {
             self.send(convert);
         }
@@ -288,7 +302,7 @@ impl<T: Send + 'static> Listing<T> {
         out
     }
 
-    fn send(&mut self, convert: fn(Json) -> T) {
+    fn send(&mut self, convert: fn(Body) -> T) {
         let chunk = std::mem::take(&mut self.chunk);
         self.converting.push_back(tokio::spawn(async move {
             // The semaphore is never closed.
@@ -311,7 +325,7 @@ impl<T: Send + 'static> Listing<T> {
     }
 
     /// The rest of the list, converted, in order.
-    async fn finish(&mut self, convert: fn(Json) -> T) -> Vec<T> {
+    async fn finish(&mut self, convert: fn(Body) -> T) -> Vec<T> {
         if !self.chunk.is_empty() {
             self.send(convert);
         }

@@ -16,6 +16,10 @@
 //! count, then key and value per entry). A key is a varint `id << 1 | 1`, or `len << 1`
 //! followed by the key's bytes.
 
+mod stream;
+
+pub use stream::{PackSeed, Parsed};
+
 use super::{ConvertError, Limits, float, spend};
 use bytes::Bytes;
 use jaq_json::{Map, Num, Rc, Val};
@@ -116,19 +120,7 @@ impl Packed {
             let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
             packer.value(json, keep, 0, &keys)?;
         }
-        if !packer.missing.is_empty() {
-            let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
-            for key in std::mem::take(&mut packer.missing) {
-                if keys.bytes.len() >= MAX_KEYS {
-                    break;
-                }
-                if !keys.ids.contains_key(key.as_str()) {
-                    let id = keys.bytes.len() as u32;
-                    keys.bytes.push(Bytes::from(key.clone().into_bytes()));
-                    keys.ids.insert(key.into_boxed_str(), id);
-                }
-            }
-        }
+        learn(packer.missing);
         // Copied into a buffer of its size: shrinking the one written in place can leave it
         // in its larger block (mimalloc keeps a block that shrinks by less than half), up to
         // half the size again for every cached object.
@@ -172,21 +164,86 @@ impl Packed {
             at: 0,
             keys: &keys,
         };
-        'path: for want in path {
+        reader.find(path)?;
+        reader.val()
+    }
+
+    /// The string at a path of object keys (`None` when absent or not a string).
+    pub fn text(&self, path: &[&str]) -> Option<&str> {
+        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+        let mut reader = Reader {
+            buf: &self.0,
+            at: 0,
+            keys: &keys,
+        };
+        reader.find(path)?;
+        if reader.byte()? != STRING {
+            return None;
+        }
+        let len = usize::try_from(reader.varint()?).ok()?;
+        let start = reader.at;
+        reader.advance(len)?;
+        std::str::from_utf8(&self.0[start..start + len]).ok()
+    }
+
+    /// The object with string fields `fields` set (replacing fields of the same name; the
+    /// `fields` given in key order). Anything but an object is returned as it is.
+    pub fn with_strings(&self, fields: &[(&str, &str)]) -> Packed {
+        if fields.iter().all(|(k, v)| self.text(&[k]) == Some(v)) {
+            return self.clone();
+        }
+        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+        let mut reader = Reader {
+            buf: &self.0,
+            at: 0,
+            keys: &keys,
+        };
+        // Each entry: its key's text, and the bytes of key and value.
+        let mut entries: Vec<(Bytes, std::ops::Range<usize>)> = Vec::new();
+        let read = (|| {
             if reader.byte()? != OBJECT {
                 return None;
             }
-            let n = reader.varint()?;
-            for _ in 0..n {
-                let matched = reader.key_bytes()?.as_ref() == want.as_bytes();
-                if matched {
-                    continue 'path;
-                }
+            for _ in 0..reader.varint()? {
+                let start = reader.at;
+                let key = reader.key_bytes()?;
                 reader.skip()?;
+                entries.push((key, start..reader.at));
             }
-            return None;
+            Some(())
+        })();
+        if read.is_none() {
+            return self.clone();
         }
-        reader.val()
+        let mut out = Vec::with_capacity(self.0.len() + 64);
+        let mut missing = Vec::new();
+        let mut new = fields.iter().peekable();
+        let kept = entries
+            .iter()
+            .filter(|(k, _)| !fields.iter().any(|(f, _)| f.as_bytes() == k.as_ref()))
+            .count();
+        out.push(OBJECT);
+        write_varint(&mut out, (kept + fields.len()) as u64);
+        let write_field = |out: &mut Vec<u8>, missing: &mut Vec<String>, k: &str, v: &str| {
+            write_key(out, k, &keys, missing);
+            out.push(STRING);
+            write_varint(out, v.len() as u64);
+            out.extend_from_slice(v.as_bytes());
+        };
+        for (key, span) in &entries {
+            while let Some((k, v)) = new.next_if(|(k, _)| k.as_bytes() < key.as_ref()) {
+                write_field(&mut out, &mut missing, k, v);
+            }
+            if !fields.iter().any(|(f, _)| f.as_bytes() == key.as_ref()) {
+                out.extend_from_slice(&self.0[span.clone()]);
+            }
+        }
+        for (k, v) in new {
+            write_field(&mut out, &mut missing, k, v);
+        }
+        drop(keys);
+        learn(missing);
+        Packed(Bytes::from(out))
     }
 
     /// The value as JSON (keys sorted, integral numbers as integers).
@@ -204,12 +261,8 @@ struct Packer {
 }
 
 impl Packer {
-    fn varint(&mut self, mut n: u64) {
-        while n >= 0x80 {
-            self.out.push((n as u8) | 0x80);
-            n >>= 7;
-        }
-        self.out.push(n as u8);
+    fn varint(&mut self, n: u64) {
+        write_varint(&mut self.out, n);
     }
 
     fn bytes(&mut self, b: &[u8]) {
@@ -218,16 +271,7 @@ impl Packer {
     }
 
     fn key(&mut self, key: &str, keys: &Keys) {
-        match keys.ids.get(key) {
-            Some(&id) => self.varint(u64::from(id) << 1 | 1),
-            None => {
-                if key.len() <= MAX_KEY_LEN && keys.bytes.len() < MAX_KEYS {
-                    self.missing.push(key.to_owned());
-                }
-                self.varint((key.len() as u64) << 1);
-                self.out.extend_from_slice(key.as_bytes());
-            }
-        }
+        write_key(&mut self.out, key, keys, &mut self.missing);
     }
 
     fn value(
@@ -345,6 +389,48 @@ impl Packer {
     }
 }
 
+/// Writes `n` as a varint.
+fn write_varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+/// Writes an object key: its id in the key table, or inline (noted in `missing` for the
+/// table to learn).
+fn write_key(out: &mut Vec<u8>, key: &str, keys: &Keys, missing: &mut Vec<String>) {
+    match keys.ids.get(key) {
+        Some(&id) => write_varint(out, u64::from(id) << 1 | 1),
+        None => {
+            if key.len() <= MAX_KEY_LEN && keys.bytes.len() < MAX_KEYS {
+                missing.push(key.to_owned());
+            }
+            write_varint(out, (key.len() as u64) << 1);
+            out.extend_from_slice(key.as_bytes());
+        }
+    }
+}
+
+/// Adds keys written inline to the key table (up to [`MAX_KEYS`]).
+fn learn(missing: Vec<String>) {
+    if missing.is_empty() {
+        return;
+    }
+    let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+    for key in missing {
+        if keys.bytes.len() >= MAX_KEYS {
+            break;
+        }
+        if !keys.ids.contains_key(key.as_str()) {
+            let id = keys.bytes.len() as u32;
+            keys.bytes.push(Bytes::from(key.clone().into_bytes()));
+            keys.ids.insert(key.into_boxed_str(), id);
+        }
+    }
+}
+
 /// The rule for field `key` (holding `value`) of an object kept by `keep`; `None` when the
 /// field is left out. [`Keep::field`], refined by what the value is.
 fn field_rule<'k>(keep: &'k Keep, key: &str, value: &Json) -> Option<&'k Keep> {
@@ -369,6 +455,38 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
+    /// Moves to the value at a path of object keys (`None` when absent).
+    fn find(&mut self, path: &[&str]) -> Option<()> {
+        'path: for want in path {
+            if self.byte()? != OBJECT {
+                return None;
+            }
+            let n = self.varint()?;
+            for _ in 0..n {
+                if self.key_is(want)? {
+                    continue 'path;
+                }
+                self.skip()?;
+            }
+            return None;
+        }
+        Some(())
+    }
+
+    /// Reads a key: whether it is `want`.
+    fn key_is(&mut self, want: &str) -> Option<bool> {
+        let k = self.varint()?;
+        if k & 1 == 1 {
+            let key = self.keys.bytes.get(usize::try_from(k >> 1).ok()?)?;
+            Some(key.as_ref() == want.as_bytes())
+        } else {
+            let len = usize::try_from(k >> 1).ok()?;
+            let start = self.at;
+            self.advance(len)?;
+            Some(&self.buf[start..start + len] == want.as_bytes())
+        }
+    }
+
     fn byte(&mut self) -> Option<u8> {
         let b = *self.buf.get(self.at)?;
         self.at += 1;
