@@ -138,9 +138,29 @@ impl Batch<'_> {
         let Some(listing) = self.writer.listings.remove(source) else {
             return Vec::new();
         };
-        self.writer.dirty.extend(listing.dirty);
+        let outside = std::mem::take(&mut self.writer.dirty);
         self.remove_stale(source, &listing.seen);
+        let mut dirty = std::mem::replace(&mut self.writer.dirty, outside);
+        dirty.extend(listing.dirty);
+        match self.writer.listings.values_mut().next() {
+            // Before the index first syncs, nothing is served yet: a list that ends while
+            // another is still arriving hands its roots over to that one, so a root whose
+            // pods are still arriving is resolved once, when they are in. (A list that
+            // starts over gives back what it held: see `begin_list`.)
+            Some(open) if !self.index.synced() => open.dirty.extend(dirty),
+            _ => self.writer.dirty.extend(dirty),
+        }
         listing.skipped
+    }
+
+    /// Resolves, with this batch, the roots lists that are still open hold (what lists
+    /// that ended before the index synced handed over to them; see [`Batch::finish_list`]):
+    /// once the index is synced, a list still open is one that is failing or stuck.
+    pub fn release_open_lists(&mut self) {
+        let writer = &mut *self.writer;
+        for listing in writer.listings.values_mut() {
+            writer.dirty.append(&mut listing.dirty);
+        }
     }
 
     /// Removes what `source` holds beyond `seen`.

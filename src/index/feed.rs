@@ -264,7 +264,12 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
         }
         for op in after {
             match op {
-                Op::MarkSynced(source) => index.mark_synced(&source),
+                Op::MarkSynced(source) => {
+                    index.mark_synced(&source);
+                    if index.synced() {
+                        index.batch().release_open_lists();
+                    }
+                }
                 Op::Barrier(done) => {
                     let _ = done.send(());
                 }

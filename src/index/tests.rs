@@ -301,3 +301,84 @@ fn an_object_and_its_key_share_one_copy_of_the_uid() {
         );
     }
 }
+
+#[test]
+fn before_the_first_sync_a_list_that_ends_while_another_arrives_hands_it_its_roots() {
+    let index = Index::new(catalog(), &["cluster"]);
+    let convert = |docs: &[Value]| docs.iter().map(|d| index.convert(d)).collect::<Vec<_>>();
+    let before = index.revision();
+    {
+        let mut batch = index.batch();
+        batch.begin_list("groups");
+        batch.begin_list("pods");
+        batch.stage(
+            "groups",
+            convert(&[group("a", json!({})), member("a-0", Some("a"))]),
+        );
+        batch.finish_list("groups");
+    }
+    // Group a's pods are still arriving: it is resolved when they are in, not before.
+    assert!(workloads(&index).is_empty());
+    {
+        let mut batch = index.batch();
+        batch.stage("pods", convert(&[pod("a-0-p", "a-0"), pod("a-0-q", "a-0")]));
+        batch.finish_list("pods");
+    }
+    assert_eq!(workloads(&index), ["Group/a"]);
+    // Resolved once, with its pods: one event.
+    let (changes, _) = index.changes_since(before, &Filter::default()).unwrap();
+    assert_eq!(kinds(&changes), [("a".to_owned(), pb::EventType::Added)]);
+    let pods = |uid: &str| {
+        index
+            .workload(&pb::ObjectRef {
+                uid: uid.into(),
+                ..Default::default()
+            })
+            .and_then(|w| w.pods)
+            .map(|p| p.current)
+    };
+    assert_eq!(pods("uid-a"), Some(2));
+
+    // Once synced, a list that ends is resolved at once, whatever else is arriving.
+    index.mark_synced("cluster");
+    {
+        let mut batch = index.batch();
+        batch.begin_list("pods");
+        batch.begin_list("groups");
+        batch.stage(
+            "groups",
+            convert(&[group("a", json!({})), group("b", json!({}))]),
+        );
+        batch.finish_list("groups");
+    }
+    assert_eq!(workloads(&index), ["Group/a", "Group/b"]);
+}
+
+#[test]
+fn a_list_that_starts_over_gives_back_the_roots_handed_to_it() {
+    let index = Index::new(catalog(), &["cluster"]);
+    {
+        let mut batch = index.batch();
+        batch.begin_list("groups");
+        batch.begin_list("pods");
+        batch.stage("groups", vec![index.convert(&group("a", json!({})))]);
+        batch.finish_list("groups");
+    }
+    assert!(workloads(&index).is_empty());
+    // The pod list fails and starts over (it may never end): the group is resolved now.
+    index.batch().begin_list("pods");
+    assert_eq!(workloads(&index), ["Group/a"]);
+    // And when the index syncs (readiness stops waiting for a list), what lists still open
+    // hold is resolved.
+    {
+        let mut batch = index.batch();
+        batch.begin_list("groups");
+        let groups = [group("a", json!({})), group("b", json!({}))];
+        batch.stage("groups", groups.iter().map(|g| index.convert(g)).collect());
+        batch.finish_list("groups");
+    }
+    assert_eq!(workloads(&index), ["Group/a"]);
+    index.mark_synced("cluster");
+    index.batch().release_open_lists();
+    assert_eq!(workloads(&index), ["Group/a", "Group/b"]);
+}

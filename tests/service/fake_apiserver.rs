@@ -32,7 +32,11 @@ struct Resource {
     kind: String,
     plural: String,
     served: bool,
+    /// By `namespace/name` (`name` when cluster-scoped): lists come in this order, as etcd
+    /// and the watch cache list by key.
     objects: BTreeMap<String, Stored>,
+    /// uid → key in `objects`.
+    keys: HashMap<String, String>,
     /// Watches from a resourceVersion below this get `410 Gone`.
     expired_below: u64,
 }
@@ -198,6 +202,7 @@ impl FakeApiServer {
                 plural: plural.to_owned(),
                 served,
                 objects: BTreeMap::new(),
+                keys: HashMap::new(),
                 expired_below: 0,
             },
         );
@@ -254,8 +259,18 @@ impl FakeApiServer {
         let rv = st.rv;
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         let uid = Self::uid(&obj);
+        let text = |k: &str| obj["metadata"][k].as_str().unwrap_or_default().to_owned();
+        let key = match (text("namespace"), text("name")) {
+            (ns, name) if ns.is_empty() => name,
+            (ns, name) => format!("{ns}/{name}"),
+        };
         let res = st.resources.get_mut(&path).expect("registered");
-        let kind = if res.objects.insert(uid, Stored::new(obj.clone())).is_some() {
+        if let Some(old) = res.keys.insert(uid, key.clone())
+            && old != key
+        {
+            res.objects.remove(&old);
+        }
+        let kind = if res.objects.insert(key, Stored::new(obj.clone())).is_some() {
             "MODIFIED"
         } else {
             "ADDED"
@@ -268,10 +283,10 @@ impl FakeApiServer {
         let mut st = self.lock();
         st.rv += 1;
         let rv = st.rv;
-        let found = st
-            .resources
-            .iter_mut()
-            .find_map(|(p, r)| r.objects.remove(uid).map(|o| (p.clone(), o.value)));
+        let found = st.resources.iter_mut().find_map(|(p, r)| {
+            let key = r.keys.remove(uid)?;
+            r.objects.remove(&key).map(|o| (p.clone(), o.value))
+        });
         let Some((path, mut obj)) = found else {
             return;
         };
@@ -326,7 +341,7 @@ impl FakeApiServer {
         self.lock()
             .resources
             .values()
-            .find_map(|r| r.objects.get(uid).map(|o| o.value.clone()))
+            .find_map(|r| r.objects.get(r.keys.get(uid)?).map(|o| o.value.clone()))
     }
 
     /// Forgets all but the last `keep` events, as the API server's compaction does: a watch
