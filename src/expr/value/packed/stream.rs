@@ -748,3 +748,39 @@ mod tests {
         assert_eq!(list.with_strings(&[("kind", "Pod")]), list);
     }
 }
+
+#[cfg(test)]
+mod deep {
+    use super::*;
+
+    #[test]
+    fn the_deepest_document_serde_json_parses_fits_a_small_stack() {
+        // serde_json stops at 128 levels; up to there, parsing and packing recurse once per
+        // level. A tokio worker has 2 MiB of stack: check with half of that.
+        let text = format!("{}1{}", r#"{"a": ["#.repeat(63), "]}".repeat(63));
+        let handle = std::thread::Builder::new()
+            .stack_size(1 << 20)
+            .spawn(move || {
+                let mut d = serde_json::Deserializer::from_str(&text);
+                PackSeed {
+                    keep: &Keep::NoEnv,
+                    limits: Limits::default(),
+                    capture: &[],
+                }
+                .deserialize(&mut d)
+                .map(|p| p.over)
+            })
+            .unwrap();
+        assert_eq!(handle.join().unwrap().unwrap(), None);
+        // Deeper than serde_json goes: an error, not a crash.
+        let deeper = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let mut d = serde_json::Deserializer::from_str(&deeper);
+        let parsed = PackSeed {
+            keep: &Keep::All,
+            limits: Limits::default(),
+            capture: &[],
+        }
+        .deserialize(&mut d);
+        assert!(parsed.is_err());
+    }
+}
