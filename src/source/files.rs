@@ -448,8 +448,14 @@ impl DirWatch {
         if self.watched.is_some() && current != self.watched {
             tracing::info!(path = %self.root.display(), "directory replaced; watching the new one");
         }
+        // A directory that appeared (or replaced another) since the last scan may have
+        // changed again before its watch was set: one more scan sees what no event reports.
+        let appeared = self.watcher.is_some() && current.is_some() && current != self.watched;
         self.watched = current;
         self.watcher = Some(watcher);
+        if appeared {
+            let _ = self.events.send(());
+        }
     }
 }
 
@@ -482,6 +488,40 @@ mod tests {
             .collect();
         assert_eq!(names, ["a/b/two.json", "a/one.yaml"]);
         assert!(w.exists);
+    }
+
+    #[tokio::test]
+    async fn a_directory_that_replaced_the_watched_one_is_scanned_once_more_when_watched() {
+        let parent = temp("replaced");
+        let root = parent.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let (mut w, mut ticks) = DirWatch::start(&root, Duration::from_secs(600));
+        // Waits until no tick has come for a while.
+        async fn quiet(ticks: &mut mpsc::Receiver<()>) {
+            while tokio::time::timeout(DEBOUNCE * 3, ticks.recv())
+                .await
+                .is_ok()
+            {}
+        }
+        quiet(&mut ticks).await;
+        std::fs::rename(&root, parent.join("old")).unwrap();
+        std::fs::create_dir_all(&root).unwrap();
+        // The parent's events tick; then all is quiet, as after a scan that read the new
+        // directory while a file was written in it before its watch was set.
+        quiet(&mut ticks).await;
+        std::fs::write(root.join("missed.yaml"), "a: 1").unwrap();
+        quiet(&mut ticks).await;
+        // Setting the watches on the new directory asks for one more scan.
+        w.refresh();
+        let tick = tokio::time::timeout(DEBOUNCE * 5, ticks.recv()).await;
+        assert!(matches!(tick, Ok(Some(()))), "no scan after the new watch");
+        // Nothing replaced since: no more ticks.
+        w.refresh();
+        assert!(
+            tokio::time::timeout(DEBOUNCE * 3, ticks.recv())
+                .await
+                .is_err()
+        );
     }
 
     #[test]
