@@ -32,7 +32,7 @@ pub struct Parsed {
 
 /// Parses one document into a [`Parsed`], keeping what `keep` keeps. Strings at the
 /// `capture` paths (object keys from the top, at most 32 paths) are copied out whether the
-/// projection keeps them or not.
+/// projection keeps them or not (below a dropped field, only the dropped field itself).
 pub struct PackSeed<'a> {
     /// What is kept.
     pub keep: &'a Keep,
