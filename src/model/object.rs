@@ -150,11 +150,23 @@ impl ObjectMeta {
     /// The uid, or a stand-in derived from kind and key when the object has none (manifests
     /// written by hand often omit it).
     pub fn identity(&self) -> String {
-        if self.uid.is_empty() {
-            format!("{}:{}:{}", self.api_version, self.kind, self.key())
-        } else {
-            self.uid.to_string()
-        }
+        identity(
+            &self.uid,
+            &self.api_version,
+            &self.kind,
+            &self.namespace,
+            &self.name,
+        )
+    }
+}
+
+/// The index identity of an object: its uid, or (without one) a stand-in derived from
+/// `apiVersion`, kind and `namespace/name` (see [`ObjectMeta::identity`]).
+pub fn identity(uid: &str, api_version: &str, kind: &str, namespace: &str, name: &str) -> String {
+    match (uid, namespace) {
+        ("", "") => format!("{api_version}:{kind}:{name}"),
+        ("", ns) => format!("{api_version}:{kind}:{ns}/{name}"),
+        (uid, _) => uid.to_owned(),
     }
 }
 

@@ -38,17 +38,13 @@ impl Body {
             }
             Body::Parsed(parsed) => parsed.packed.text(path).unwrap_or_default().to_owned(),
         };
-        let uid = s(&["metadata", "uid"]);
-        if !uid.is_empty() {
-            return uid;
-        }
-        let (ns, name) = (s(&["metadata", "namespace"]), s(&["metadata", "name"]));
-        let key = if ns.is_empty() {
-            name
-        } else {
-            format!("{ns}/{name}")
-        };
-        format!("{}:{}:{key}", s(&["apiVersion"]), s(&["kind"]))
+        crate::model::object::identity(
+            &s(&["metadata", "uid"]),
+            &s(&["apiVersion"]),
+            &s(&["kind"]),
+            &s(&["metadata", "namespace"]),
+            &s(&["metadata", "name"]),
+        )
     }
 }
 

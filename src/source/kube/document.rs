@@ -136,6 +136,18 @@ mod tests {
     use crate::model::Cached;
     use serde_json::{Value as Json, json};
 
+    /// The watched kind `kind` of `api_version` (`group/version`, or `version` for core).
+    fn resource(api_version: &str, kind: &str) -> ApiResource {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        ApiResource {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            plural: String::new(),
+        }
+    }
+
     /// What the index keeps of `full` when it arrives as a `Document<R>` (the list item as
     /// the API server sends it, without apiVersion/kind) and as the whole object; and what
     /// the document holds, as JSON.
@@ -145,18 +157,8 @@ mod tests {
             map.remove("apiVersion");
             map.remove("kind");
         }
-        let text = |k: &str| full[k].as_str().unwrap_or_default().to_owned();
-        let (group, version) = match text("apiVersion").split_once('/') {
-            Some((g, v)) => (g.to_owned(), v.to_owned()),
-            None => (String::new(), text("apiVersion")),
-        };
-        let ar = ApiResource {
-            group,
-            version,
-            api_version: text("apiVersion"),
-            kind: text("kind"),
-            plural: String::new(),
-        };
+        let text = |k: &str| full[k].as_str().unwrap_or_default();
+        let ar = resource(text("apiVersion"), text("kind"));
         // Packing the whole object first puts its keys in the key table, so both pack to the
         // same bytes when they hold the same (a key is written inline when first seen).
         let _ = Cached::from_json(full, Limits::default());
@@ -275,14 +277,7 @@ mod tests {
     fn an_object_without_a_name_is_rejected_as_the_whole_object_is() {
         let nameless = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"uid": "u"}});
         let doc: Document<PodRule> = serde_json::from_str(&nameless.to_string()).unwrap();
-        let ar = ApiResource {
-            group: String::new(),
-            version: "v1".into(),
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            plural: "pods".into(),
-        };
-        let parsed = Cached::from_parsed(doc.into_parsed(&ar), false);
+        let parsed = Cached::from_parsed(doc.into_parsed(&resource("v1", "Pod")), false);
         assert_eq!(
             parsed.unwrap_err(),
             Cached::from_json(&nameless, Limits::default()).unwrap_err()

@@ -147,43 +147,40 @@ impl Packed {
 
     /// The jq value (`null` for an empty buffer).
     pub fn to_val(&self) -> Val {
+        self.read(|reader| reader.val()).unwrap_or(Val::Null)
+    }
+
+    /// Runs `f` on a reader at the start of the buffer, under the key table's read lock.
+    fn read<T>(&self, f: impl FnOnce(&mut Reader<'_>) -> Option<T>) -> Option<T> {
         let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
-        let mut reader = Reader {
+        f(&mut Reader {
             buf: &self.0,
             at: 0,
             keys: &keys,
-        };
-        reader.val().unwrap_or(Val::Null)
+        })
     }
 
     /// The value at a path of object keys, unpacking nothing else (`None` when absent).
     pub fn lookup(&self, path: &[&str]) -> Option<Val> {
-        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
-        let mut reader = Reader {
-            buf: &self.0,
-            at: 0,
-            keys: &keys,
-        };
-        reader.find(path)?;
-        reader.val()
+        self.read(|reader| {
+            reader.find(path)?;
+            reader.val()
+        })
     }
 
     /// The string at a path of object keys (`None` when absent or not a string).
     pub fn text(&self, path: &[&str]) -> Option<&str> {
-        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
-        let mut reader = Reader {
-            buf: &self.0,
-            at: 0,
-            keys: &keys,
-        };
-        reader.find(path)?;
-        if reader.byte()? != STRING {
-            return None;
-        }
-        let len = usize::try_from(reader.varint()?).ok()?;
-        let start = reader.at;
-        reader.advance(len)?;
-        std::str::from_utf8(&self.0[start..start + len]).ok()
+        let span = self.read(|reader| {
+            reader.find(path)?;
+            if reader.byte()? != STRING {
+                return None;
+            }
+            let len = usize::try_from(reader.varint()?).ok()?;
+            let start = reader.at;
+            reader.advance(len)?;
+            Some(start..start + len)
+        })?;
+        std::str::from_utf8(&self.0[span]).ok()
     }
 
     /// The object with string fields `fields` set (replacing fields of the same name; the
@@ -192,29 +189,24 @@ impl Packed {
         if fields.iter().all(|(k, v)| self.text(&[k]) == Some(v)) {
             return self.clone();
         }
-        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
-        let mut reader = Reader {
-            buf: &self.0,
-            at: 0,
-            keys: &keys,
-        };
         // Each entry: its key's text, and the bytes of key and value.
-        let mut entries: Vec<(Bytes, std::ops::Range<usize>)> = Vec::new();
-        let read = (|| {
+        let entries = self.read(|reader| {
             if reader.byte()? != OBJECT {
                 return None;
             }
+            let mut entries: Vec<(Bytes, std::ops::Range<usize>)> = Vec::new();
             for _ in 0..reader.varint()? {
                 let start = reader.at;
                 let key = reader.key_bytes()?;
                 reader.skip()?;
                 entries.push((key, start..reader.at));
             }
-            Some(())
-        })();
-        if read.is_none() {
+            Some(entries)
+        });
+        let Some(entries) = entries else {
             return self.clone();
-        }
+        };
+        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::with_capacity(self.0.len() + 64);
         let mut missing = Vec::new();
         let mut new = fields.iter().peekable();
