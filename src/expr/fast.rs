@@ -3,6 +3,7 @@
 //! scale paths. Same results as jq, without the interpreter's per-call overhead. Anything
 //! else is left to jaq.
 
+use super::value::{Packed, Walk};
 use jaq_core::load::lex::StrPart;
 use jaq_core::load::parse::{BinaryOp, Term};
 use jaq_core::path::{Opt, Part};
@@ -107,6 +108,36 @@ impl Fast {
             Fast::Alt(l, r) => match l.eval(input)? {
                 Some(v) if super::value::truthy(&v) => Ok(Some(v)),
                 _ => r.eval(input),
+            },
+        }
+    }
+
+    /// [`Fast::eval`] on a packed value, unpacking only what the paths reach; `None` when
+    /// it cannot tell without the whole value (a step that fails: its message shows the
+    /// value) or the buffer is empty or malformed.
+    pub fn eval_packed(&self, input: &Packed) -> Option<Result<Option<Val>, FastError>> {
+        match self {
+            Fast::Lit(v) => Some(Ok(Some(v.clone()))),
+            Fast::Path(keys) => {
+                let path = keys
+                    .iter()
+                    .map(|(key, _)| match key {
+                        Val::TStr(b) | Val::BStr(b) => Some(&b[..]),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<&[u8]>>>()?;
+                match input.walk(&path)? {
+                    Walk::Found(v) => Some(Ok(Some(v))),
+                    Walk::Stuck(step) if keys.get(step).is_some_and(|(_, optional)| *optional) => {
+                        Some(Ok(None))
+                    }
+                    Walk::Stuck(_) => None,
+                }
+            }
+            Fast::Alt(l, r) => match l.eval_packed(input)? {
+                Ok(Some(v)) if super::value::truthy(&v) => Some(Ok(Some(v))),
+                Ok(_) => r.eval_packed(input),
+                Err(e) => Some(Err(e)),
             },
         }
     }

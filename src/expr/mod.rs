@@ -291,6 +291,17 @@ impl Expr {
         self.eval_jaq(input, vars, deadline)
     }
 
+    /// Evaluates a fast-path expression on a packed value, unpacking only what it reads;
+    /// `None` for any other expression, or when the packed value cannot answer alone (see
+    /// [`fast::Fast::eval_packed`]): then evaluate the unpacked value.
+    pub fn eval_packed(&self, input: &value::Packed) -> Option<Result<Vec<Val>, EvalError>> {
+        let out = self.fast.as_deref()?.eval_packed(input)?;
+        Some(match out {
+            Ok(out) => Ok(out.into_iter().collect()),
+            Err(e) => Err(EvalError::Runtime(e.0)),
+        })
+    }
+
     /// Evaluates with jaq (never the native fast path) under the configured
     /// [`budget::configured`] budget.
     pub fn eval_jaq(
@@ -530,6 +541,83 @@ mod tests {
             }
         }
         assert!(!Expr::compile(".a[0]").unwrap().is_fast());
+    }
+
+    #[test]
+    fn fast_paths_on_packed_values_answer_as_on_unpacked_ones_or_not_at_all() {
+        let inputs = [
+            json!({"metadata": {"labels": {"a/b": "x", "n": 0, "o": {"p": [1]}}, "name": "p"},
+                   "spec": {"replicas": 3, "f": false, "x": null}}),
+            json!({"metadata": null, "spec": "text"}),
+            json!({"metadata": {"labels": "flat"}, "spec": [1]}),
+            json!([1, 2]),
+            json!(null),
+            json!("s"),
+        ];
+        let mut answered = 0;
+        let mut declined = Vec::new();
+        for src in [
+            ".",
+            r#".metadata.labels["a/b"]"#,
+            ".metadata.labels.n",
+            ".metadata.labels.o",
+            ".metadata.labels.o.p",
+            ".spec.replicas // 1",
+            ".spec.f // \"d\"",
+            ".spec.missing // .spec.replicas // 7",
+            ".spec.x?",
+            ".spec.x.y",
+            ".spec.x",
+            ".a.b.c",
+            "1",
+            "null // false",
+            ".metadata.labels[\"q\"]? // \"0\"",
+            ".metadata.labels[\"q\"] // \"0\"",
+        ] {
+            let expr = Expr::compile(src).unwrap();
+            for input in &inputs {
+                let packed =
+                    value::Packed::pack(input, &value::Keep::All, Limits::default()).unwrap();
+                let unpacked = packed.to_val();
+                let whole = expr.eval_with(&unpacked, &[], None);
+                match expr.eval_packed(&packed) {
+                    Some(out) => {
+                        answered += 1;
+                        let show = |r: Result<Vec<Val>, EvalError>| {
+                            r.map(|o| o.iter().map(value::to_json).collect::<Vec<_>>())
+                                .map_err(|e| e.to_string())
+                        };
+                        assert_eq!(show(out), show(whole), "{src} on {input}");
+                    }
+                    // Declined only where the unpacked value fails (jaq's message shows the
+                    // value the path got stuck at).
+                    None => {
+                        assert!(whole.is_err(), "{src} on {input} declined");
+                        declined.push(format!("{src} on {input}"));
+                    }
+                }
+            }
+        }
+        assert!(
+            answered >= 50,
+            "{answered} answered, {} declined",
+            declined.len()
+        );
+        assert!(declined.contains(&r#".spec.x on {"metadata":null,"spec":"text"}"#.to_owned()));
+        // Not a fast path, or an empty buffer: the caller unpacks.
+        let packed = value::Packed::pack(&inputs[0], &value::Keep::All, Limits::default()).unwrap();
+        assert!(
+            Expr::compile(".spec | length")
+                .unwrap()
+                .eval_packed(&packed)
+                .is_none()
+        );
+        assert!(
+            Expr::compile(".spec")
+                .unwrap()
+                .eval_packed(&value::Packed::default())
+                .is_none()
+        );
     }
 
     #[test]

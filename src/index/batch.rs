@@ -5,8 +5,8 @@ use super::objects::mark_affected;
 use super::{Index, Listing, Uid, Writer};
 use crate::definition::Catalog;
 use crate::model::{Cached, Pod};
+use foldhash::{HashSet, HashSetExt};
 use serde_json::Value as Json;
-use std::collections::HashSet;
 use std::sync::{Arc, MutexGuard};
 
 /// Changes applied under one hold of the index's writer lock (see [`Index::batch`]).

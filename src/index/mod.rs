@@ -43,7 +43,7 @@ use objects::{Entry, Graph, Objects, mark_affected, unlink};
 use placements::Placements;
 use serde_json::Value as Json;
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -70,7 +70,7 @@ struct Writer {
 /// once, when it ends) and the objects it skipped.
 #[derive(Default)]
 struct Listing {
-    seen: HashSet<String>,
+    seen: foldhash::HashSet<String>,
     dirty: BTreeSet<Uid>,
     skipped: Vec<String>,
 }
@@ -141,7 +141,13 @@ const PARALLEL_FROM: usize = 64;
 const RESOLVE_THREADS: usize = 4;
 
 /// A scoped thread settling part of a flush.
-type Spawned<'scope> = std::thread::ScopedJoinHandle<'scope, Vec<Settled>>;
+type Spawned<'scope> = std::thread::ScopedJoinHandle<'scope, Vec<(usize, Settled)>>;
+
+/// The index of the next unclaimed item of `len` (see [`Index::settle_all`]).
+fn claim(next: &AtomicUsize, len: usize) -> Option<usize> {
+    let i = next.fetch_add(1, Ordering::Relaxed);
+    (i < len).then_some(i)
+}
 
 /// What settling one dirty root gave.
 enum Settled {
@@ -595,10 +601,12 @@ impl Index {
         }
     }
 
-    /// Settles every root of `chunk`: on this thread for a few, else spread over up to
-    /// [`RESOLVE_THREADS`] scoped threads (a cold start or a catalog change resolves
+    /// Settles every root of `chunk`: on this thread for a few, else on this thread and up
+    /// to [`RESOLVE_THREADS`]` - 1` scoped threads (a cold start or a catalog change resolves
     /// thousands of roots at once; each resolution reads the objects under short read locks
-    /// and shares nothing else).
+    /// and shares nothing else). Each thread takes the next root when it finishes one:
+    /// roots differ widely in cost (a JobSet with a thousand pods beside a Deployment with
+    /// two), so fixed shares would leave threads idle. Results come in `chunk`'s order.
     fn settle_all(&self, chunk: &[Uid], catalog: &Catalog) -> Vec<Settled> {
         let threads = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
@@ -606,29 +614,37 @@ impl Index {
         if threads < 2 || chunk.len() < PARALLEL_FROM {
             return chunk.iter().map(|uid| self.settle(uid, catalog)).collect();
         }
-        let per = chunk.len().div_ceil(threads);
+        let next = AtomicUsize::new(0);
         std::thread::scope(|scope| {
-            let parts: Vec<(&[Uid], Option<Spawned<'_>>)> = chunk
-                .chunks(per)
-                .map(|part| {
-                    let spawned = std::thread::Builder::new()
+            let helpers: Vec<Spawned<'_>> = (1..threads)
+                .filter_map(|_| {
+                    std::thread::Builder::new()
                         .name("kartograf-resolve".into())
                         .stack_size(feed::WRITER_STACK)
-                        .spawn_scoped(scope, move || {
-                            part.iter().map(|uid| self.settle(uid, catalog)).collect()
+                        .spawn_scoped(scope, || {
+                            let mut at = Vec::new();
+                            while let Some(i) = claim(&next, chunk.len()) {
+                                at.push((i, self.settle(&chunk[i], catalog)));
+                            }
+                            at
                         })
-                        .ok();
-                    (part, spawned)
+                        // No thread to be had: the others do its share.
+                        .ok()
                 })
                 .collect();
-            parts
-                .into_iter()
-                .flat_map(|(part, handle)| match handle {
-                    Some(h) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
-                    // No thread to be had: this one does it.
-                    None => part.iter().map(|uid| self.settle(uid, catalog)).collect(),
-                })
-                .collect()
+            let mut all: Vec<(usize, Settled)> = Vec::with_capacity(chunk.len());
+            while let Some(i) = claim(&next, chunk.len()) {
+                all.push((i, self.settle(&chunk[i], catalog)));
+            }
+            for helper in helpers {
+                all.extend(
+                    helper
+                        .join()
+                        .unwrap_or_else(|e| std::panic::resume_unwind(e)),
+                );
+            }
+            all.sort_unstable_by_key(|(i, _)| *i);
+            all.into_iter().map(|(_, settled)| settled).collect()
         })
     }
 
@@ -674,7 +690,7 @@ impl Index {
             pods.push((uid.clone(), p.clone()));
         }
         let mut stack = vec![(uid.clone(), 0usize)];
-        let mut seen = HashSet::new();
+        let mut seen = foldhash::HashSet::default();
         while let Some((at, depth)) = stack.pop() {
             if !seen.insert(at.clone()) || depth > ownership::MAX_HOPS {
                 continue;

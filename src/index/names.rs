@@ -8,8 +8,9 @@
 use super::Uid;
 use crate::model::ObjectMeta;
 use crate::model::ownership::OwnerGraph;
+use foldhash::fast::RandomState;
 use hashbrown::HashTable;
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::{BuildHasher, Hasher};
 
 /// Cached objects by (kind, namespace, name).
 #[derive(Default)]

@@ -8,7 +8,8 @@ use super::names::{Name, NameIndex};
 use crate::definition::Catalog;
 use crate::model::ownership::{self, OwnerGraph, Root};
 use crate::model::{Cached, ObjectMeta};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use foldhash::{HashMap, HashSet, HashSetExt};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// One cached object.

@@ -6,7 +6,7 @@ use super::Resolver;
 use super::diagnostics::{ERROR, WARNING, code};
 use crate::definition::plan::Compiled;
 use crate::expr::EvalError;
-use crate::expr::value::to_text;
+use crate::expr::value::{as_str, get, get_path, to_text};
 use crate::model::memo::Answer;
 use jaq_json::Val;
 
@@ -51,6 +51,40 @@ impl Resolver<'_> {
         vars: &[Val],
         component: &str,
     ) -> Result<Vec<Val>, Failure> {
+        self.guarded(expr, component, |deadline| {
+            expr.expr.eval_with(input, vars, deadline)
+        })
+    }
+
+    /// Evaluates `expr` on pod `i`. A fast-path expression on a pod not unpacked yet reads
+    /// its packed form, unpacking only what the expression reaches (a cold start asks
+    /// every pod a few label lookups: unpacking whole pods for them was most of their
+    /// cost); the result is the same.
+    fn try_eval_pod(
+        &mut self,
+        expr: &Compiled,
+        i: usize,
+        component: &str,
+    ) -> Result<Vec<Val>, Failure> {
+        let pod = self.pods[i];
+        if self.values[i].is_none()
+            && let Some(out) = expr.expr.eval_packed(&pod.packed)
+        {
+            return self.guarded(expr, component, |_| out);
+        }
+        let value = self.pod_value(i);
+        self.try_eval(expr, &value, &[], component)
+    }
+
+    /// Runs an evaluation of `expr` (`run` is given the deadline) unless the deadline has
+    /// passed or the definition is quarantined; turns its errors into [`Failure`]s,
+    /// reporting a deadline miss and a budget overrun.
+    fn guarded(
+        &mut self,
+        expr: &Compiled,
+        component: &str,
+        run: impl FnOnce(Option<std::time::Instant>) -> Result<Vec<Val>, EvalError>,
+    ) -> Result<Vec<Val>, Failure> {
         if self.expired {
             return Err(Failure::Expired);
         }
@@ -68,7 +102,7 @@ impl Resolver<'_> {
             );
             return Err(Failure::Expired);
         }
-        match expr.expr.eval_with(input, vars, self.deadline) {
+        match run(self.deadline) {
             Ok(out) => Ok(out),
             Err(EvalError::Deadline) => {
                 self.expired = true;
@@ -132,7 +166,7 @@ impl Resolver<'_> {
     }
 
     /// Asks pod `i` a question that depends on the pod and the definition alone.
-    /// `compute` answers it from the pod's value (evaluating through [`Resolver::evaluate`]);
+    /// `compute` answers it about pod `i` (evaluating through [`Resolver::evaluate`]);
     /// answers are remembered on the pod with the evaluation error they came with, which is
     /// reported again (for `component`, as an error of `expr`) whenever the answer is reused.
     /// `question` identifies the question within the definition (see [`question`]).
@@ -142,7 +176,7 @@ impl Resolver<'_> {
         question: usize,
         expr: Option<&Compiled>,
         component: &str,
-        compute: impl FnOnce(&mut Self, &Val) -> Asked,
+        compute: impl FnOnce(&mut Self, usize) -> Asked,
     ) -> Answer {
         let pod = self.pods[i];
         if let Some((answer, failure)) = pod.memo.get(self.owner, question) {
@@ -157,8 +191,7 @@ impl Resolver<'_> {
             }
             return answer;
         }
-        let value = self.pod_value(i);
-        let asked = compute(self, &value);
+        let asked = compute(self, i);
         if asked.remember {
             pod.memo.put(
                 self.owner,
@@ -170,16 +203,16 @@ impl Resolver<'_> {
         asked.answer
     }
 
-    /// Evaluates `expr` on a pod for [`Resolver::ask`]: its outputs (`None` on failure), the
-    /// failure message (also reported now) and whether the result may be remembered (not
-    /// when the deadline cut it short).
+    /// Evaluates `expr` on pod `i` for [`Resolver::ask`]: its outputs (`None` on failure),
+    /// the failure message (also reported now) and whether the result may be remembered
+    /// (not when the deadline cut it short).
     pub(super) fn evaluate(
         &mut self,
         expr: &Compiled,
-        pod: &Val,
+        i: usize,
         component: &str,
     ) -> (Option<Vec<Val>>, Option<String>, bool) {
-        match self.try_eval(expr, pod, &[], component) {
+        match self.try_eval_pod(expr, i, component) {
             Ok(out) => (Some(out), None, true),
             Err(Failure::Expired | Failure::Budget) => (None, None, false),
             Err(Failure::Error(message)) => {
@@ -201,6 +234,20 @@ impl Resolver<'_> {
         self.eval_on(expr, &root, &[], component)
     }
 
+    /// Whether pod `i` has label `key` set to `value` (read from its packed form unless it
+    /// is unpacked already).
+    pub(super) fn pod_label_is(&self, i: usize, key: &str, value: &str) -> bool {
+        match &self.values[i] {
+            Some(pod) => {
+                get_path(pod, &["metadata", "labels"])
+                    .and_then(|labels| get(labels, key))
+                    .and_then(as_str)
+                    == Some(value)
+            }
+            None => self.pods[i].packed.text(&["metadata", "labels", key]) == Some(value),
+        }
+    }
+
     /// The root object as a jq value, unpacked once per resolution.
     pub(super) fn root_value(&mut self) -> Val {
         self.root
@@ -211,8 +258,8 @@ impl Resolver<'_> {
     /// Evaluates on pod `i` and requires exactly one non-empty output, returned as text.
     pub(super) fn pod_key(&mut self, expr: &Compiled, i: usize, component: &str) -> Option<String> {
         let question = question(expr, KEY);
-        let answer = self.ask(i, question, Some(expr), component, |r, pod| {
-            let (out, failure, remember) = r.evaluate(expr, pod, component);
+        let answer = self.ask(i, question, Some(expr), component, |r, i| {
+            let (out, failure, remember) = r.evaluate(expr, i, component);
             let key = match out.as_deref() {
                 Some([v]) if !matches!(v, Val::Null) => Some(to_text(v))
                     .filter(|s| !s.is_empty())

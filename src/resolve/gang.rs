@@ -391,8 +391,8 @@ impl Resolver<'_> {
     pub(super) fn filters_pass(&mut self, filters: &[Compiled], i: usize, component: &str) -> bool {
         filters.iter().all(|f| {
             let question = super::question(f, super::FILTER);
-            let answer = self.ask(i, question, Some(f), component, |r, pod| {
-                let (out, failure, remember) = r.evaluate(f, pod, component);
+            let answer = self.ask(i, question, Some(f), component, |r, i| {
+                let (out, failure, remember) = r.evaluate(f, i, component);
                 Asked {
                     answer: Answer::Flag(matches!(out.as_deref(), Some([Val::Bool(true)]))),
                     failure,

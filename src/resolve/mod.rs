@@ -294,7 +294,7 @@ pub fn same_answers(
                 question(sel, TYPE),
                 sel.key_path.as_ref(),
                 name,
-                |r, pod| tree::type_matches(r, sel, pod, name),
+                |r, i| tree::type_matches(r, sel, i, name),
             );
             checked += 1;
         }

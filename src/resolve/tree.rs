@@ -10,7 +10,7 @@
 use super::extract::InstanceSpec;
 use super::{Answer, Asked, Resolver, Slot};
 use crate::definition::plan::TypeSelector;
-use crate::expr::value::{as_str, get, get_path, to_text};
+use crate::expr::value::to_text;
 use crate::model::Pod;
 use crate::proto::v1 as pb;
 use jaq_json::Val;
@@ -54,19 +54,18 @@ fn sort_keys(keys: BTreeSet<String>) -> Vec<String> {
 pub(super) fn type_matches(
     r: &mut Resolver<'_>,
     sel: &TypeSelector,
-    pod: &Val,
+    i: usize,
     component: &str,
 ) -> Asked {
-    let labels = get_path(pod, &["metadata", "labels"]);
     let labels_ok = sel
         .match_labels
         .iter()
-        .all(|(k, v)| labels.and_then(|l| get(l, k)).and_then(as_str) == Some(v.as_str()));
+        .all(|(k, v)| r.pod_label_is(i, k, v));
     let (matched, failure, remember) = match (&sel.key_path, labels_ok) {
         (_, false) => (false, None, true),
         (None, true) => (true, None, true),
         (Some(expr), true) => {
-            let (out, failure, remember) = r.evaluate(expr, pod, component);
+            let (out, failure, remember) = r.evaluate(expr, i, component);
             let out = out.unwrap_or_default();
             let matched = match &sel.value {
                 None => out.iter().any(|v| !matches!(v, Val::Null)),
@@ -404,8 +403,8 @@ impl Resolver<'_> {
                 None => tree.sole == Some(c),
                 Some(sel) => {
                     let question = super::question(sel, super::TYPE);
-                    let answer = self.ask(i, question, sel.key_path.as_ref(), name, |r, pod| {
-                        type_matches(r, sel, pod, name)
+                    let answer = self.ask(i, question, sel.key_path.as_ref(), name, |r, i| {
+                        type_matches(r, sel, i, name)
                     });
                     answer == Answer::Flag(true)
                 }

@@ -10,7 +10,7 @@
 
 mod packed;
 
-pub use packed::{Keep, PackSeed, Packed, Parsed};
+pub use packed::{Keep, PackSeed, Packed, Parsed, Walk};
 
 use jaq_json::{Map, Num, Rc, Val};
 use serde_json::Value as Json;

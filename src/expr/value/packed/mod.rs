@@ -101,6 +101,16 @@ static KEYS: LazyLock<RwLock<Keys>> = LazyLock::new(RwLock::default);
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct Packed(Bytes);
 
+/// Where a path of object keys leads ([`Packed::walk`]), as jq's `.k1.k2…` does.
+#[derive(Debug)]
+pub enum Walk {
+    /// The value there; `null` past a missing key or a `null`.
+    Found(Val),
+    /// The step at this index meets a value that is neither an object nor `null` (jq
+    /// fails there, or gives nothing for an optional step).
+    Stuck(usize),
+}
+
 impl std::fmt::Debug for Packed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Packed({} bytes)", self.0.len())
@@ -165,6 +175,35 @@ impl Packed {
         self.read(|reader| {
             reader.find(path)?;
             reader.val()
+        })
+    }
+
+    /// Where jq's `.k1.k2…` leads in the packed value, unpacking only what it reaches (see
+    /// [`Walk`]); `None` for an empty or malformed buffer.
+    pub fn walk(&self, path: &[&[u8]]) -> Option<Walk> {
+        self.read(|reader| {
+            for (depth, want) in path.iter().enumerate() {
+                match *reader.buf.get(reader.at)? {
+                    NULL => return Some(Walk::Found(Val::Null)),
+                    OBJECT => {
+                        reader.at += 1;
+                        let n = reader.varint()?;
+                        let mut found = false;
+                        for _ in 0..n {
+                            if reader.key_is_bytes(want)? {
+                                found = true;
+                                break;
+                            }
+                            reader.skip()?;
+                        }
+                        if !found {
+                            return Some(Walk::Found(Val::Null));
+                        }
+                    }
+                    _ => return Some(Walk::Stuck(depth)),
+                }
+            }
+            reader.val().map(Walk::Found)
         })
     }
 
@@ -471,15 +510,20 @@ impl Reader<'_> {
 
     /// Reads a key: whether it is `want`.
     fn key_is(&mut self, want: &str) -> Option<bool> {
+        self.key_is_bytes(want.as_bytes())
+    }
+
+    /// Reads a key: whether it is `want`.
+    fn key_is_bytes(&mut self, want: &[u8]) -> Option<bool> {
         let k = self.varint()?;
         if k & 1 == 1 {
             let key = self.keys.bytes.get(usize::try_from(k >> 1).ok()?)?;
-            Some(key.as_ref() == want.as_bytes())
+            Some(key.as_ref() == want)
         } else {
             let len = usize::try_from(k >> 1).ok()?;
             let start = self.at;
             self.advance(len)?;
-            Some(&self.buf[start..start + len] == want.as_bytes())
+            Some(&self.buf[start..start + len] == want)
         }
     }
 
