@@ -15,6 +15,9 @@ pub struct Batch<'a> {
     pub(super) writer: MutexGuard<'a, Writer>,
     /// Pods that kept their unpacked value for their first resolution.
     pub(super) keep: Vec<Arc<Pod>>,
+    /// Roots lists that ended before the first sync handed to a list still arriving (see
+    /// [`Batch::finish_list`]): the writer has them prepared ahead ([`Index::prepare_ahead`]).
+    pub(super) handed: Vec<Uid>,
 }
 
 impl Batch<'_> {
@@ -147,7 +150,10 @@ impl Batch<'_> {
             // another is still arriving hands its roots over to that one, so a root whose
             // pods are still arriving is resolved once, when they are in. (A list that
             // starts over gives back what it held: see `begin_list`.)
-            Some(open) if !self.index.synced() => open.dirty.extend(dirty),
+            Some(open) if !self.index.synced() => {
+                self.handed.extend(dirty.iter().cloned());
+                open.dirty.extend(dirty);
+            }
             _ => self.writer.dirty.extend(dirty),
         }
         listing.skipped

@@ -363,6 +363,57 @@ fn before_the_first_sync_a_list_that_ends_while_another_arrives_hands_it_its_roo
 }
 
 #[test]
+fn roots_handed_over_before_the_first_sync_can_be_prepared_while_their_pods_arrive() {
+    let index = Index::new(catalog(), &["cluster"]);
+    let convert = |docs: &[Value]| docs.iter().map(|d| index.convert(d)).collect::<Vec<_>>();
+    let handed = {
+        let mut batch = index.batch();
+        batch.begin_list("groups");
+        batch.begin_list("pods");
+        batch.stage(
+            "groups",
+            convert(&[group("a", json!({})), member("a-0", Some("a"))]),
+        );
+        batch.finish_list("groups");
+        std::mem::take(&mut batch.handed)
+    };
+    // The group was handed over (its member is no root: not marked).
+    let names: Vec<&str> = handed.iter().map(|u| u.as_ref()).collect();
+    assert_eq!(names, ["uid-a"]);
+    let uid = |name: &str| {
+        let objects = index.objects();
+        objects.entries.get_key_value(name).unwrap().0.clone()
+    };
+    let catalog = index.catalog.load_full();
+    let prepared_version = |name: &str, kind: &str| {
+        let def = catalog.lookup("example.com/v1", kind).unwrap().definition;
+        index.prepared.get(&(uid(name), def.id())).map(|(v, _)| v)
+    };
+    assert_eq!(prepared_version("uid-a", "Group"), None);
+    // A non-root (the member its group owns) is skipped.
+    index.prepare_ahead(&[handed[0].clone(), uid("uid-a-0")]);
+    let version = index.objects().entries.get("uid-a").unwrap().version;
+    assert_eq!(prepared_version("uid-a", "Group"), Some(version));
+    assert_eq!(prepared_version("uid-a-0", "Member"), None, "not a root");
+    // Resolved when the pods are in, with what was prepared.
+    {
+        let mut batch = index.batch();
+        batch.stage("pods", convert(&[pod("a-0-p", "a-0")]));
+        batch.finish_list("pods");
+    }
+    assert_eq!(workloads(&index), ["Group/a"]);
+    assert_eq!(prepared_version("uid-a", "Group"), Some(version));
+    // Once synced, nothing is handed over.
+    index.mark_synced("cluster");
+    let mut batch = index.batch();
+    batch.begin_list("pods");
+    batch.begin_list("groups");
+    batch.stage("groups", convert(&[group("b", json!({}))]));
+    batch.finish_list("groups");
+    assert!(batch.handed.is_empty());
+}
+
+#[test]
 fn a_list_that_starts_over_gives_back_the_roots_handed_to_it() {
     let index = Index::new(catalog(), &["cluster"]);
     {
