@@ -73,6 +73,14 @@ fn plain_string(term: &Term<&str>) -> Option<Val> {
     Some(super::value::string(&s))
 }
 
+/// The bytes of a string key.
+fn key_text(key: &Val) -> Option<&[u8]> {
+    match key {
+        Val::TStr(b) | Val::BStr(b) => Some(&b[..]),
+        _ => None,
+    }
+}
+
 /// Why a fast evaluation failed (the message jq would give).
 #[derive(Debug)]
 pub struct FastError(pub String);
@@ -119,14 +127,11 @@ impl Fast {
         match self {
             Fast::Lit(v) => Some(Ok(Some(v.clone()))),
             Fast::Path(keys) => {
-                let path = keys
-                    .iter()
-                    .map(|(key, _)| match key {
-                        Val::TStr(b) | Val::BStr(b) => Some(&b[..]),
-                        _ => None,
-                    })
-                    .collect::<Option<Vec<&[u8]>>>()?;
-                match input.walk(&path)? {
+                // Keys are strings (`recognize` makes no others): checked, not collected.
+                if !keys.iter().all(|(key, _)| key_text(key).is_some()) {
+                    return None;
+                }
+                match input.walk(keys.iter().filter_map(|(key, _)| key_text(key)))? {
                     Walk::Found(v) => Some(Ok(Some(v))),
                     Walk::Stuck(step) if keys.get(step).is_some_and(|(_, optional)| *optional) => {
                         Some(Ok(None))

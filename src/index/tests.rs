@@ -310,21 +310,24 @@ fn an_object_and_its_key_share_one_copy_of_the_uid() {
     }
 }
 
+/// Before the first sync, with a pod list open, a group list holding group `a` and its member
+/// `a-0` ends: it hands its roots to the pod list. Returns the roots handed over.
+fn hand_over_group_a(index: &Index) -> Vec<super::Uid> {
+    let mut batch = index.batch();
+    batch.begin_list("groups");
+    batch.begin_list("pods");
+    let docs = [group("a", json!({})), member("a-0", Some("a"))];
+    batch.stage("groups", docs.iter().map(|d| index.convert(d)).collect());
+    batch.finish_list("groups");
+    std::mem::take(&mut batch.handed)
+}
+
 #[test]
 fn before_the_first_sync_a_list_that_ends_while_another_arrives_hands_it_its_roots() {
     let index = Index::new(catalog(), &["cluster"]);
     let convert = |docs: &[Value]| docs.iter().map(|d| index.convert(d)).collect::<Vec<_>>();
     let before = index.revision();
-    {
-        let mut batch = index.batch();
-        batch.begin_list("groups");
-        batch.begin_list("pods");
-        batch.stage(
-            "groups",
-            convert(&[group("a", json!({})), member("a-0", Some("a"))]),
-        );
-        batch.finish_list("groups");
-    }
+    hand_over_group_a(&index);
     // Group a's pods are still arriving: it is resolved when they are in, not before.
     assert!(workloads(&index).is_empty());
     {
@@ -366,17 +369,7 @@ fn before_the_first_sync_a_list_that_ends_while_another_arrives_hands_it_its_roo
 fn roots_handed_over_before_the_first_sync_can_be_prepared_while_their_pods_arrive() {
     let index = Index::new(catalog(), &["cluster"]);
     let convert = |docs: &[Value]| docs.iter().map(|d| index.convert(d)).collect::<Vec<_>>();
-    let handed = {
-        let mut batch = index.batch();
-        batch.begin_list("groups");
-        batch.begin_list("pods");
-        batch.stage(
-            "groups",
-            convert(&[group("a", json!({})), member("a-0", Some("a"))]),
-        );
-        batch.finish_list("groups");
-        std::mem::take(&mut batch.handed)
-    };
+    let handed = hand_over_group_a(&index);
     // The group was handed over (its member is no root: not marked).
     let names: Vec<&str> = handed.iter().map(|u| u.as_ref()).collect();
     assert_eq!(names, ["uid-a"]);

@@ -180,27 +180,14 @@ impl Packed {
 
     /// Where jq's `.k1.k2…` leads in the packed value, unpacking only what it reaches (see
     /// [`Walk`]); `None` for an empty or malformed buffer.
-    pub fn walk(&self, path: &[&[u8]]) -> Option<Walk> {
+    pub fn walk<'k>(&self, path: impl IntoIterator<Item = &'k [u8]>) -> Option<Walk> {
         self.read(|reader| {
-            for (depth, want) in path.iter().enumerate() {
-                match *reader.buf.get(reader.at)? {
+            for (step, want) in path.into_iter().enumerate() {
+                match reader.byte()? {
                     NULL => return Some(Walk::Found(Val::Null)),
-                    OBJECT => {
-                        reader.at += 1;
-                        let n = reader.varint()?;
-                        let mut found = false;
-                        for _ in 0..n {
-                            if reader.key_is_bytes(want)? {
-                                found = true;
-                                break;
-                            }
-                            reader.skip()?;
-                        }
-                        if !found {
-                            return Some(Walk::Found(Val::Null));
-                        }
-                    }
-                    _ => return Some(Walk::Stuck(depth)),
+                    OBJECT if reader.field(want)? => {}
+                    OBJECT => return Some(Walk::Found(Val::Null)),
+                    _ => return Some(Walk::Stuck(step)),
                 }
             }
             reader.val().map(Walk::Found)
@@ -492,29 +479,28 @@ struct Reader<'a> {
 impl Reader<'_> {
     /// Moves to the value at a path of object keys (`None` when absent).
     fn find(&mut self, path: &[&str]) -> Option<()> {
-        'path: for want in path {
-            if self.byte()? != OBJECT {
+        for want in path {
+            if self.byte()? != OBJECT || !self.field(want.as_bytes())? {
                 return None;
             }
-            let n = self.varint()?;
-            for _ in 0..n {
-                if self.key_is(want)? {
-                    continue 'path;
-                }
-                self.skip()?;
-            }
-            return None;
         }
         Some(())
     }
 
-    /// Reads a key: whether it is `want`.
-    fn key_is(&mut self, want: &str) -> Option<bool> {
-        self.key_is_bytes(want.as_bytes())
+    /// In an object whose tag was just read, moves to the value of key `want`; false (the
+    /// reader somewhere inside the object) when it has none.
+    fn field(&mut self, want: &[u8]) -> Option<bool> {
+        for _ in 0..self.varint()? {
+            if self.key_is(want)? {
+                return Some(true);
+            }
+            self.skip()?;
+        }
+        Some(false)
     }
 
     /// Reads a key: whether it is `want`.
-    fn key_is_bytes(&mut self, want: &[u8]) -> Option<bool> {
+    fn key_is(&mut self, want: &[u8]) -> Option<bool> {
         let k = self.varint()?;
         if k & 1 == 1 {
             let key = self.keys.bytes.get(usize::try_from(k >> 1).ok()?)?;
