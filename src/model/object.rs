@@ -3,7 +3,7 @@
 
 use crate::definition::GroupVersionKind;
 use crate::expr::Limits;
-use crate::expr::value::{self, Keep, Packed, Parsed, as_array, as_str, get, get_path};
+use crate::expr::value::{self, Doc, Keep, Packed, Parsed, as_array, as_str, get};
 use crate::model::Memo;
 use crate::model::resources::{self, Request};
 use jaq_json::Val;
@@ -448,6 +448,64 @@ pub fn project_pod(json: &Json) -> Json {
         .unwrap_or(Json::Null)
 }
 
+/// What accounting reads of a pod, once, when it is cached.
+struct PodFacts {
+    node: String,
+    phase: String,
+    ready: bool,
+    reason: String,
+    request: resources::Amounts,
+    bad_quantities: Vec<String>,
+    resource_claims: usize,
+}
+
+impl PodFacts {
+    fn read<'a>(pod: impl Doc<'a>) -> PodFacts {
+        let text = |path: &[&str]| {
+            pod.get_path(path)
+                .and_then(Doc::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let condition = |t: &str| {
+            pod.get_path(&["status", "conditions"])
+                .into_iter()
+                .flat_map(Doc::items)
+                .find(|c| c.get("type").and_then(Doc::as_str) == Some(t))
+        };
+        let cond_status = |t: &str| condition(t).and_then(|c| c.get("status")?.as_str());
+        let cond_reason = |t: &str| {
+            condition(t)
+                .and_then(|c| c.get("reason")?.as_str())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let ready = cond_status("Ready") == Some("True");
+        let reason = if cond_status("PodScheduled") == Some("False") {
+            cond_reason("PodScheduled")
+        } else if !text(&["status", "reason"]).is_empty() {
+            text(&["status", "reason"])
+        } else if !ready && cond_status("Ready") == Some("False") {
+            cond_reason("Ready")
+        } else {
+            String::new()
+        };
+        let mut bad_quantities = Vec::new();
+        let request = resources::pod_amounts(pod, &mut bad_quantities);
+        PodFacts {
+            node: text(&["spec", "nodeName"]),
+            phase: text(&["status", "phase"]),
+            ready,
+            reason,
+            request,
+            bad_quantities,
+            resource_claims: pod
+                .get_path(&["spec", "resourceClaims"])
+                .map_or(0, |c| c.items().count()),
+        }
+    }
+}
+
 impl Pod {
     /// Builds a pod from JSON (see [`Object::from_json`] for failure rules), keeping only
     /// its [`project_pod`] projection, packed.
@@ -470,75 +528,23 @@ impl Pod {
     /// A pod from its metadata and packed projection: reads what accounting needs.
     fn from_parts(meta: ObjectMeta, packed: Packed, problem: Option<String>, keep: bool) -> Pod {
         let whole = keep.then(|| packed.to_val());
-        let v = &match &whole {
-            Some(v) => v.clone(),
-            // Accounting reads spec, status and the annotations: the rest is not unpacked.
-            None => {
-                let mut parts = jaq_json::Map::default();
-                for part in ["spec", "status"] {
-                    if let Some(v) = packed.lookup(&[part]) {
-                        parts.insert(value::string(part), v);
-                    }
-                }
-                if let Some(a) = packed.lookup(&["metadata", "annotations"]) {
-                    let mut meta = jaq_json::Map::default();
-                    meta.insert(value::string("annotations"), a);
-                    parts.insert(value::string("metadata"), Val::obj(meta));
-                }
-                Val::obj(parts)
-            }
+        // Read in place: the facts are a few fields of spec and status.
+        let facts = match &whole {
+            Some(v) => PodFacts::read(v),
+            None => packed.with_node(|node| PodFacts::read(node)),
         };
-        let text = |path: &[&str]| {
-            get_path(v, path)
-                .and_then(as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let conditions = get_path(v, &["status", "conditions"])
-            .map(as_array)
-            .unwrap_or_default();
-        let condition = |t: &str| {
-            conditions
-                .iter()
-                .find(|c| get(c, "type").and_then(as_str) == Some(t))
-        };
-        let cond_status = |t: &str| condition(t).and_then(|c| get(c, "status")).and_then(as_str);
-        let cond_reason = |t: &str| {
-            condition(t)
-                .and_then(|c| get(c, "reason"))
-                .and_then(as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let ready = cond_status("Ready") == Some("True");
-        let reason = if cond_status("PodScheduled") == Some("False") {
-            cond_reason("PodScheduled")
-        } else if !text(&["status", "reason"]).is_empty() {
-            text(&["status", "reason"])
-        } else if !ready && cond_status("Ready") == Some("False") {
-            cond_reason("Ready")
-        } else {
-            String::new()
-        };
-        let mut bad = Vec::new();
-        let request = resources::pod_amounts(v, &mut bad);
-        let resource_claims = get_path(v, &["spec", "resourceClaims"])
-            .map(|c| as_array(c).len())
-            .unwrap_or(0);
-        let node = text(&["spec", "nodeName"]);
-        let phase = text(&["status", "phase"]);
         let memo = Memo::default();
         if let Some(v) = whole {
             memo.keep_value(v);
         }
         Pod {
-            node: node.into(),
-            phase: phase.into(),
-            ready,
-            reason: reason.into(),
-            request: resources::shared(request),
-            bad_quantities: bad.into(),
-            resource_claims,
+            node: facts.node.into(),
+            phase: facts.phase.into(),
+            ready: facts.ready,
+            reason: facts.reason.into(),
+            request: resources::shared(facts.request),
+            bad_quantities: facts.bad_quantities.into(),
+            resource_claims: facts.resource_claims,
             meta,
             packed,
             problem: problem.map(String::into_boxed_str),

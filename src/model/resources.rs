@@ -1,7 +1,7 @@
 //! Resource accounting: Kubernetes quantities, the effective request of one pod as the
 //! scheduler computes it, and whole-GPU equivalents.
 
-use crate::expr::value::{self, as_array, as_str, entries, get, get_path};
+use crate::expr::value::Doc;
 use crate::proto::v1 as pb;
 use jaq_json::Val;
 use std::collections::{BTreeMap, HashMap};
@@ -156,19 +156,20 @@ pub fn format_quantity(name: &str, milli: i128) -> String {
 }
 
 /// A resource list (`requests` or `limits`) as milli-units; bad quantities are reported.
-fn resource_list(list: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<Name, i128> {
+fn resource_list<'a>(list: Option<impl Doc<'a>>, bad: &mut Vec<String>) -> BTreeMap<Name, i128> {
     let mut out = BTreeMap::new();
-    for (name, quantity) in list.map(entries).into_iter().flatten() {
-        let name: Name = value::to_text(name).into();
-        let parsed = match quantity {
-            Val::Num(_) => value::as_f64(quantity).map(|f| (f * 1000.0).ceil() as i128),
-            _ => as_str(quantity).and_then(parse_quantity),
+    for (name, quantity) in list.into_iter().flat_map(Doc::entries) {
+        let name: Name = String::from_utf8_lossy(name).into();
+        let parsed = if quantity.is_number() {
+            quantity.as_f64().map(|f| (f * 1000.0).ceil() as i128)
+        } else {
+            quantity.as_str().and_then(parse_quantity)
         };
         match parsed {
             Some(v) => {
                 out.insert(name, v);
             }
-            None => bad.push(format!("{name}={}", value::to_text(quantity))),
+            None => bad.push(format!("{name}={}", quantity.to_text())),
         }
     }
     out
@@ -176,12 +177,15 @@ fn resource_list(list: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<Name, i1
 
 /// What one container (or a bare `resources` block) requests: `requests`, each resource
 /// falling back to `limits` (the API server defaults requests from limits).
-fn requirements(resources: Option<&Val>, bad: &mut Vec<String>) -> BTreeMap<Name, i128> {
+fn requirements<'a>(
+    resources: Option<impl Doc<'a>>,
+    bad: &mut Vec<String>,
+) -> BTreeMap<Name, i128> {
     let Some(resources) = resources else {
         return BTreeMap::new();
     };
-    let mut requests = resource_list(get(resources, "requests"), bad);
-    for (name, v) in resource_list(get(resources, "limits"), bad) {
+    let mut requests = resource_list(resources.get("requests"), bad);
+    for (name, v) in resource_list(resources.get("limits"), bad) {
         requests.entry(name).or_insert(v);
     }
     requests
@@ -205,16 +209,16 @@ fn max_into(max: &mut BTreeMap<Name, i128>, other: &BTreeMap<Name, i128>) {
 /// other init containers as a per-resource maximum (together with the sidecars started
 /// before them); pod-level `resources` replace CPU and memory; `overhead` added.
 /// Unparseable quantities are skipped and returned in `bad`.
-pub fn pod_spec_request(spec: &Val, bad: &mut Vec<String>) -> BTreeMap<Name, i128> {
+pub fn pod_spec_request<'a>(spec: impl Doc<'a>, bad: &mut Vec<String>) -> BTreeMap<Name, i128> {
     let mut sum = BTreeMap::new();
-    for c in as_array(get(spec, "containers").unwrap_or(&Val::Null)) {
-        add_into(&mut sum, &requirements(get(c, "resources"), bad));
+    for c in spec.get("containers").into_iter().flat_map(Doc::items) {
+        add_into(&mut sum, &requirements(c.get("resources"), bad));
     }
     let mut sidecars = BTreeMap::new();
     let mut init_max = BTreeMap::new();
-    for c in as_array(get(spec, "initContainers").unwrap_or(&Val::Null)) {
-        let req = requirements(get(c, "resources"), bad);
-        let restartable = get(c, "restartPolicy").and_then(as_str) == Some("Always");
+    for c in spec.get("initContainers").into_iter().flat_map(Doc::items) {
+        let req = requirements(c.get("resources"), bad);
+        let restartable = c.get("restartPolicy").and_then(Doc::as_str) == Some("Always");
         let mut during = req.clone();
         if restartable {
             add_into(&mut sum, &req);
@@ -226,13 +230,13 @@ pub fn pod_spec_request(spec: &Val, bad: &mut Vec<String>) -> BTreeMap<Name, i12
         max_into(&mut init_max, &during);
     }
     max_into(&mut sum, &init_max);
-    let pod_level = requirements(get(spec, "resources"), bad);
+    let pod_level = requirements(spec.get("resources"), bad);
     for name in ["cpu", "memory"] {
         if let Some(v) = pod_level.get(name) {
             sum.insert(Name::from(name), *v);
         }
     }
-    add_into(&mut sum, &resource_list(get(spec, "overhead"), bad));
+    add_into(&mut sum, &resource_list(spec.get("overhead"), bad));
     sum
 }
 
@@ -246,7 +250,7 @@ pub fn fragmented_request(
 ) -> BTreeMap<Name, i128> {
     let mut sum = BTreeMap::new();
     for c in containers.iter().chain(container) {
-        add_into(&mut sum, &requirements(get(c, "resources"), bad));
+        add_into(&mut sum, &requirements(c.get("resources"), bad));
     }
     if sum.values().all(|v| *v == 0) {
         sum = requirements(resources, bad);
@@ -255,22 +259,30 @@ pub fn fragmented_request(
 }
 
 /// The fraction of a GPU a KAI `gpu-fraction` annotation asks for (0 when absent or invalid).
-pub fn gpu_fraction(annotations: Option<&Val>) -> f64 {
+pub fn gpu_fraction<'a>(annotations: Option<impl Doc<'a>>) -> f64 {
     annotations
-        .and_then(|a| get(a, "gpu-fraction"))
-        .and_then(|v| match v {
-            Val::Num(_) => value::as_f64(v),
-            _ => as_str(v).and_then(|s| s.trim().parse().ok()),
+        .and_then(|a| a.get("gpu-fraction"))
+        .and_then(|v| {
+            if v.is_number() {
+                v.as_f64()
+            } else {
+                v.as_str().and_then(|s| s.trim().parse().ok())
+            }
         })
         .filter(|f: &f64| f.is_finite() && *f > 0.0 && *f <= 1.0)
         .unwrap_or(0.0)
 }
 
-/// Amounts of a pod-shaped object (a Pod or a PodTemplateSpec: `metadata` + `spec`).
-pub fn pod_amounts(pod: &Val, bad: &mut Vec<String>) -> Amounts {
+/// Amounts of a pod-shaped object (a Pod or a PodTemplateSpec: `metadata` + `spec`), read
+/// unpacked or in place from the packed bytes.
+pub fn pod_amounts<'a, D: Doc<'a>>(pod: D, bad: &mut Vec<String>) -> Amounts {
+    let raw = match pod.get("spec") {
+        Some(spec) => pod_spec_request(spec, bad),
+        None => pod_spec_request(&Val::Null, bad),
+    };
     Amounts {
-        raw: pod_spec_request(get(pod, "spec").unwrap_or(&Val::Null), bad),
-        gpu_fraction: gpu_fraction(get_path(pod, &["metadata", "annotations"])),
+        raw,
+        gpu_fraction: gpu_fraction(pod.get_path(&["metadata", "annotations"])),
     }
 }
 

@@ -8,9 +8,12 @@
 //! The cache does not keep jq values: it keeps objects [`Packed`] and unpacks them when
 //! something must be evaluated.
 
+mod doc;
 mod packed;
 
-pub use packed::{Keep, PackSeed, Packed, Parsed, Walk};
+pub use doc::Doc;
+
+pub use packed::{Keep, Node, PackSeed, Packed, Parsed, Walk};
 
 use jaq_json::{Map, Num, Rc, Val};
 use serde_json::Value as Json;

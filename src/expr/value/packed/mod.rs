@@ -268,6 +268,152 @@ impl Packed {
     pub fn to_json(&self) -> Json {
         super::to_json(&self.to_val())
     }
+
+    /// The packed bytes (for tests that break them).
+    #[cfg(test)]
+    pub(crate) fn raw_bytes(&self) -> Bytes {
+        self.0.clone()
+    }
+
+    /// A buffer as it is (for tests of malformed buffers).
+    #[cfg(test)]
+    pub(crate) fn from_raw(bytes: Bytes) -> Packed {
+        Packed(bytes)
+    }
+
+    /// Runs `f` on the root value read in place (nothing unpacked but what `f` asks for).
+    /// `f` runs under the key table's read lock: it must not call other `Packed` methods.
+    pub fn with_node<T>(&self, f: impl FnOnce(Node<'_>) -> T) -> T {
+        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+        f(Node {
+            buf: &self.0,
+            at: 0,
+            keys: &keys,
+        })
+    }
+}
+
+/// A value inside a packed buffer, read in place ([`Packed::with_node`]). Reads of a
+/// malformed buffer give `None` (or nothing to iterate).
+#[derive(Clone, Copy)]
+pub struct Node<'a> {
+    buf: &'a Bytes,
+    at: usize,
+    keys: &'a Keys,
+}
+
+impl<'a> Node<'a> {
+    fn reader(self) -> Reader<'a> {
+        Reader {
+            buf: self.buf,
+            at: self.at,
+            keys: self.keys,
+        }
+    }
+
+    fn tag(self) -> Option<u8> {
+        self.buf.get(self.at).copied()
+    }
+
+    /// Field `key` of an object (`None` for anything else, or when absent).
+    pub fn get(self, key: &str) -> Option<Node<'a>> {
+        let mut reader = self.reader();
+        if reader.byte()? != OBJECT || !reader.field(key.as_bytes())? {
+            return None;
+        }
+        Some(Node {
+            at: reader.at,
+            ..self
+        })
+    }
+
+    /// The text of a string.
+    pub fn as_str(self) -> Option<&'a str> {
+        let mut reader = self.reader();
+        if reader.byte()? != STRING {
+            return None;
+        }
+        let len = usize::try_from(reader.varint()?).ok()?;
+        let start = reader.at;
+        reader.advance(len)?;
+        std::str::from_utf8(&self.buf[start..start + len]).ok()
+    }
+
+    /// A number as f64.
+    pub fn as_f64(self) -> Option<f64> {
+        let mut reader = self.reader();
+        match reader.byte()? {
+            INT => {
+                let z = reader.varint()?;
+                Some((((z >> 1) as i64) ^ -((z & 1) as i64)) as f64)
+            }
+            FLOAT => Some(f64::from_le_bytes(
+                self.buf.get(reader.at..reader.at + 8)?.try_into().ok()?,
+            )),
+            _ => None,
+        }
+    }
+
+    /// True for a number.
+    pub fn is_number(self) -> bool {
+        matches!(self.tag(), Some(INT | FLOAT))
+    }
+
+    /// The elements of an array (nothing for anything else).
+    pub fn items(self) -> impl Iterator<Item = Node<'a>> {
+        let mut reader = self.reader();
+        let mut left = match reader.byte() {
+            Some(ARRAY) => reader.varint().unwrap_or(0),
+            _ => 0,
+        };
+        std::iter::from_fn(move || {
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            let item = Node {
+                at: reader.at,
+                ..self
+            };
+            if reader.skip().is_none() {
+                left = 0;
+                return None;
+            }
+            Some(item)
+        })
+    }
+
+    /// The entries of an object, keys as bytes (nothing for anything else).
+    pub fn entries(self) -> impl Iterator<Item = (&'a [u8], Node<'a>)> {
+        let mut reader = self.reader();
+        let mut left = match reader.byte() {
+            Some(OBJECT) => reader.varint().unwrap_or(0),
+            _ => 0,
+        };
+        std::iter::from_fn(move || {
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            let entry = reader.key_ref().and_then(|key| {
+                let value = Node {
+                    at: reader.at,
+                    ..self
+                };
+                reader.skip()?;
+                Some((key, value))
+            });
+            if entry.is_none() {
+                left = 0;
+            }
+            entry
+        })
+    }
+
+    /// The value unpacked (`null` when malformed).
+    pub fn to_val(self) -> Val {
+        self.reader().val().unwrap_or(Val::Null)
+    }
 }
 
 struct Packer {
@@ -476,7 +622,7 @@ struct Reader<'a> {
     keys: &'a Keys,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
     /// Moves to the value at a path of object keys (`None` when absent).
     fn find(&mut self, path: &[&str]) -> Option<()> {
         for want in path {
@@ -544,6 +690,19 @@ impl Reader<'_> {
             self.keys.bytes.get(usize::try_from(k >> 1).ok()?).cloned()
         } else {
             self.slice(usize::try_from(k >> 1).ok()?)
+        }
+    }
+
+    /// Reads a key: its bytes, borrowed from the key table or the buffer.
+    fn key_ref(&mut self) -> Option<&'a [u8]> {
+        let k = self.varint()?;
+        let len = usize::try_from(k >> 1).ok()?;
+        if k & 1 == 1 {
+            self.keys.bytes.get(len).map(|b| b.as_ref())
+        } else {
+            let start = self.at;
+            self.advance(len)?;
+            Some(&self.buf[start..start + len])
         }
     }
 
