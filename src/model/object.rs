@@ -3,7 +3,7 @@
 
 use crate::definition::GroupVersionKind;
 use crate::expr::Limits;
-use crate::expr::value::{self, Doc, Keep, Packed, Parsed, as_array, as_str, get};
+use crate::expr::value::{self, Doc, Keep, Node, Packed, Parsed};
 use crate::model::Memo;
 use crate::model::resources::{self, Request};
 use jaq_json::Val;
@@ -94,34 +94,37 @@ impl ObjectMeta {
 
     /// Reads metadata from a packed object, as [`ObjectMeta::from_json`] does.
     pub fn from_packed(packed: &Packed) -> Result<ObjectMeta, String> {
-        let text = |path: &[&str]| packed.text(path).unwrap_or_default().to_owned();
-        let field = |k: &str| text(&["metadata", k]);
-        let owners = packed
-            .lookup(&["metadata", "ownerReferences"])
-            .map(|refs| {
-                let text =
-                    |r: &Val, k: &str| get(r, k).and_then(as_str).unwrap_or_default().to_owned();
-                as_array(&refs)
-                    .iter()
-                    .map(|r| OwnerRef {
-                        api_version: text(r, "apiVersion"),
-                        kind: text(r, "kind"),
-                        name: text(r, "name"),
-                        uid: text(r, "uid"),
-                        controller: matches!(get(r, "controller"), Some(Val::Bool(true))),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let out = ObjectMeta {
-            api_version: text(&["apiVersion"]),
-            kind: text(&["kind"]),
-            name: field("name"),
-            namespace: field("namespace"),
-            uid: Arc::from(packed.text(&["metadata", "uid"]).unwrap_or_default()),
-            created: field("creationTimestamp"),
-            owners,
-        };
+        let out = packed.with_node(|root| {
+            let text = |of: Option<Node<'_>>, key: &str| {
+                of.and_then(|o| o.get(key)?.as_str())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let meta = root.get("metadata");
+            // Allocated at its length (`collect` would make room for at least four): the
+            // list is kept for every cached object.
+            let refs = meta.and_then(|m| m.get("ownerReferences"));
+            let mut owners = Vec::with_capacity(refs.map_or(0, |r| r.items().size_hint().0));
+            owners.extend(refs.into_iter().flat_map(Node::items).map(|r| OwnerRef {
+                api_version: text(Some(r), "apiVersion"),
+                kind: text(Some(r), "kind"),
+                name: text(Some(r), "name"),
+                uid: text(Some(r), "uid"),
+                controller: r.get("controller").is_some_and(Node::is_true),
+            }));
+            ObjectMeta {
+                api_version: text(Some(root), "apiVersion"),
+                kind: text(Some(root), "kind"),
+                name: text(meta, "name"),
+                namespace: text(meta, "namespace"),
+                uid: Arc::from(
+                    meta.and_then(|m| m.get("uid")?.as_str())
+                        .unwrap_or_default(),
+                ),
+                created: text(meta, "creationTimestamp"),
+                owners,
+            }
+        });
         if out.kind.is_empty() || out.name.is_empty() {
             return Err("object has no kind or no metadata.name".to_owned());
         }
@@ -460,47 +463,59 @@ struct PodFacts {
 }
 
 impl PodFacts {
-    fn read<'a>(pod: impl Doc<'a>) -> PodFacts {
-        let text = |path: &[&str]| {
-            pod.get_path(path)
-                .and_then(Doc::as_str)
-                .unwrap_or_default()
-                .to_owned()
+    /// Reads the facts, walking to each field once.
+    fn read<'a, D: Doc<'a>>(pod: D) -> PodFacts {
+        let spec = pod.get("spec");
+        let status = pod.get("status");
+        let text = |of: Option<D>, key: &str| of.and_then(|o| o.get(key)?.as_str());
+        // The first condition of each type, as (status, reason).
+        let (mut ready, mut scheduled) = (None, None);
+        for c in status
+            .and_then(|s| s.get("conditions"))
+            .into_iter()
+            .flat_map(Doc::items)
+        {
+            let slot = match text(Some(c), "type") {
+                Some("Ready") => &mut ready,
+                Some("PodScheduled") => &mut scheduled,
+                _ => continue,
+            };
+            if slot.is_none() {
+                *slot = Some((text(Some(c), "status"), text(Some(c), "reason")));
+            }
+        }
+        let status_of = |c: Option<(Option<&'a str>, Option<&'a str>)>| c.and_then(|c| c.0);
+        let reason_of = |c: Option<(Option<&'a str>, Option<&'a str>)>| {
+            c.and_then(|c| c.1).unwrap_or_default().to_owned()
         };
-        let condition = |t: &str| {
-            pod.get_path(&["status", "conditions"])
-                .into_iter()
-                .flat_map(Doc::items)
-                .find(|c| c.get("type").and_then(Doc::as_str) == Some(t))
-        };
-        let cond_status = |t: &str| condition(t).and_then(|c| c.get("status")?.as_str());
-        let cond_reason = |t: &str| {
-            condition(t)
-                .and_then(|c| c.get("reason")?.as_str())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let ready = cond_status("Ready") == Some("True");
-        let reason = if cond_status("PodScheduled") == Some("False") {
-            cond_reason("PodScheduled")
-        } else if !text(&["status", "reason"]).is_empty() {
-            text(&["status", "reason"])
-        } else if !ready && cond_status("Ready") == Some("False") {
-            cond_reason("Ready")
+        let is_ready = status_of(ready) == Some("True");
+        let status_reason = text(status, "reason").unwrap_or_default();
+        let reason = if status_of(scheduled) == Some("False") {
+            reason_of(scheduled)
+        } else if !status_reason.is_empty() {
+            status_reason.to_owned()
+        } else if !is_ready && status_of(ready) == Some("False") {
+            reason_of(ready)
         } else {
             String::new()
         };
         let mut bad_quantities = Vec::new();
-        let request = resources::pod_amounts(pod, &mut bad_quantities);
+        let request = resources::Amounts {
+            raw: match spec {
+                Some(spec) => resources::pod_spec_request(spec, &mut bad_quantities),
+                None => Default::default(),
+            },
+            gpu_fraction: resources::gpu_fraction(pod.get_path(&["metadata", "annotations"])),
+        };
         PodFacts {
-            node: text(&["spec", "nodeName"]),
-            phase: text(&["status", "phase"]),
-            ready,
+            node: text(spec, "nodeName").unwrap_or_default().to_owned(),
+            phase: text(status, "phase").unwrap_or_default().to_owned(),
+            ready: is_ready,
             reason,
             request,
             bad_quantities,
-            resource_claims: pod
-                .get_path(&["spec", "resourceClaims"])
+            resource_claims: spec
+                .and_then(|s| s.get("resourceClaims"))
                 .map_or(0, |c| c.items().count()),
         }
     }

@@ -302,6 +302,42 @@ pub struct Node<'a> {
     keys: &'a Keys,
 }
 
+/// The elements of a packed array ([`Node::items`]).
+pub struct Items<'a> {
+    reader: Reader<'a>,
+    left: u64,
+}
+
+impl<'a> Iterator for Items<'a> {
+    type Item = Node<'a>;
+
+    fn next(&mut self) -> Option<Node<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let item = Node {
+            buf: self.reader.buf,
+            at: self.reader.at,
+            keys: self.reader.keys,
+        };
+        if self.reader.skip().is_none() {
+            self.left = 0;
+            return None;
+        }
+        Some(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        // A malformed buffer may end early: the length is an upper bound, but it is the
+        // right one for every well-formed buffer, which collect may allocate for.
+        let n = usize::try_from(self.left)
+            .unwrap_or(usize::MAX)
+            .min(self.reader.buf.len());
+        (n, Some(n))
+    }
+}
+
 impl<'a> Node<'a> {
     fn reader(self) -> Reader<'a> {
         Reader {
@@ -354,33 +390,25 @@ impl<'a> Node<'a> {
         }
     }
 
+    /// True for `true`.
+    pub fn is_true(self) -> bool {
+        self.tag() == Some(TRUE)
+    }
+
     /// True for a number.
     pub fn is_number(self) -> bool {
         matches!(self.tag(), Some(INT | FLOAT))
     }
 
-    /// The elements of an array (nothing for anything else).
-    pub fn items(self) -> impl Iterator<Item = Node<'a>> {
+    /// The elements of an array (nothing for anything else). Its size hint is the
+    /// array's length, so collecting allocates once.
+    pub fn items(self) -> Items<'a> {
         let mut reader = self.reader();
-        let mut left = match reader.byte() {
+        let left = match reader.byte() {
             Some(ARRAY) => reader.varint().unwrap_or(0),
             _ => 0,
         };
-        std::iter::from_fn(move || {
-            if left == 0 {
-                return None;
-            }
-            left -= 1;
-            let item = Node {
-                at: reader.at,
-                ..self
-            };
-            if reader.skip().is_none() {
-                left = 0;
-                return None;
-            }
-            Some(item)
-        })
+        Items { reader, left }
     }
 
     /// The entries of an object, keys as bytes (nothing for anything else).
