@@ -186,8 +186,8 @@ pub fn compile_all(
 ) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
     let mut defs: Vec<Arc<Definition>> = Vec::new();
     let mut errors = Vec::new();
-    for p in parsed {
-        match Definition::compile(p.karta, &p.source, origin) {
+    for (p, compiled) in compile_each(&parsed, origin) {
+        match compiled {
             Ok(def) => {
                 if let Some(first) = defs.iter().find(|d| d.root_kind == def.root_kind) {
                     errors.push(DefinitionError::new(
@@ -207,6 +207,48 @@ pub fn compile_all(
         }
     }
     (defs, errors)
+}
+
+/// Compiles every parsed definition, on as many threads as there are cores (a catalog of
+/// a few dozen definitions is a tenth of a second of jq compilation on one), in order.
+fn compile_each<'p>(
+    parsed: &'p [Parsed],
+    origin: &str,
+) -> Vec<(&'p Parsed, Result<Definition, Vec<DefinitionError>>)> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let compile = |p: &Parsed| Definition::compile(p.karta.clone(), &p.source, origin);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(parsed.len());
+    if threads <= 1 {
+        return parsed.iter().map(|p| (p, compile(p))).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(p) = parsed.get(i) else {
+                return done;
+            };
+            done.push((i, compile(p)));
+        }
+    };
+    let mut all: Vec<(usize, Result<Definition, Vec<DefinitionError>>)> =
+        std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+            let mut all = work();
+            for helper in helpers {
+                // A panic while compiling is a bug: it is raised here as it would be inline.
+                match helper.join() {
+                    Ok(done) => all.extend(done),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+            all
+        });
+    all.sort_unstable_by_key(|(i, _)| *i);
+    all.into_iter().map(|(i, c)| (&parsed[i], c)).collect()
 }
 
 /// Loads the embedded catalog.
