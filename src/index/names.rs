@@ -1,6 +1,7 @@
 //! The (kind, namespace, name) -> uid lookup, without a second copy of the names: the table
-//! holds only the shared uids and reads each one's kind, namespace and name back from the
-//! cached object's metadata when hashing and comparing.
+//! holds only the shared uids (with their key's hash, so growing the table does not look up
+//! every cached object again) and reads each one's kind, namespace and name back from the
+//! cached object's metadata when comparing.
 //!
 //! Invariant (kept by the index): every uid in the table is cached, under the metadata it had
 //! when it was inserted; a uid leaves the table before its metadata changes or it is removed.
@@ -15,7 +16,8 @@ use std::hash::{BuildHasher, Hasher};
 /// Cached objects by (kind, namespace, name).
 #[derive(Default)]
 pub(super) struct NameIndex {
-    table: HashTable<Uid>,
+    /// Each uid with the hash of its key.
+    table: HashTable<(u64, Uid)>,
     hasher: RandomState,
 }
 
@@ -60,35 +62,30 @@ fn hash(hasher: &RandomState, key: Name<'_>) -> u64 {
     h.finish()
 }
 
-/// The hash of a cached uid's key (what the table rehashes with when it grows).
-fn hash_uid(hasher: &RandomState, objects: &impl OwnerGraph, uid: &str) -> u64 {
-    objects.meta(uid).map_or(0, |m| hash(hasher, Name::of(m)))
-}
-
 impl NameIndex {
     /// Points `key` at `uid` (replacing what it pointed at). `uid` must be cached under `key`.
     pub fn insert(&mut self, objects: &impl OwnerGraph, key: Name<'_>, uid: Uid) {
-        let hasher = &self.hasher;
+        let h = hash(&self.hasher, key);
         let entry = self.table.entry(
-            hash(hasher, key),
-            |u| objects.meta(u).is_some_and(|m| key.is(m)),
-            |u| hash_uid(hasher, objects, u),
+            h,
+            |(_, u)| objects.meta(u).is_some_and(|m| key.is(m)),
+            |(h, _)| *h,
         );
         match entry {
-            hashbrown::hash_table::Entry::Occupied(mut e) => *e.get_mut() = uid,
+            hashbrown::hash_table::Entry::Occupied(mut e) => e.get_mut().1 = uid,
             hashbrown::hash_table::Entry::Vacant(e) => {
-                e.insert(uid);
+                e.insert((h, uid));
             }
         }
     }
 
     /// Removes `key` if it points at `uid`. Call while `uid` is still cached under `key`.
     pub fn remove_if(&mut self, objects: &impl OwnerGraph, key: Name<'_>, uid: &str) {
-        let found = self.table.find_entry(hash(&self.hasher, key), |u| {
+        let found = self.table.find_entry(hash(&self.hasher, key), |(_, u)| {
             objects.meta(u).is_some_and(|m| key.is(m))
         });
         if let Ok(e) = found
-            && e.get().as_ref() == uid
+            && e.get().1.as_ref() == uid
         {
             e.remove();
         }
@@ -96,18 +93,22 @@ impl NameIndex {
 
     /// The uid `key` points at.
     pub fn get(&self, objects: &impl OwnerGraph, key: Name<'_>) -> Option<&Uid> {
-        self.table.find(hash(&self.hasher, key), |u| {
-            objects.meta(u).is_some_and(|m| key.is(m))
-        })
+        self.table
+            .find(hash(&self.hasher, key), |(_, u)| {
+                objects.meta(u).is_some_and(|m| key.is(m))
+            })
+            .map(|(_, u)| u)
     }
 
     /// A uid whose key equals `key` but for the case of the kind.
     pub fn get_ignoring_kind_case(&self, objects: &impl OwnerGraph, key: Name<'_>) -> Option<&Uid> {
-        self.table.find(hash(&self.hasher, key), |u| {
-            objects
-                .meta(u)
-                .is_some_and(|m| key.is_ignoring_kind_case(m))
-        })
+        self.table
+            .find(hash(&self.hasher, key), |(_, u)| {
+                objects
+                    .meta(u)
+                    .is_some_and(|m| key.is_ignoring_kind_case(m))
+            })
+            .map(|(_, u)| u)
     }
 }
 
