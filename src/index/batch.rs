@@ -9,6 +9,10 @@ use foldhash::{HashSet, HashSetExt};
 use serde_json::Value as Json;
 use std::sync::{Arc, MutexGuard};
 
+/// Parts of a list (see [`Batch::stage`]) after which a root the list no longer touches is
+/// resolved before the index first syncs.
+pub(super) const RIPE_AFTER: u64 = 4;
+
 /// Changes applied under one hold of the index's writer lock (see [`Index::batch`]).
 pub struct Batch<'a> {
     pub(super) index: &'a Index,
@@ -116,6 +120,12 @@ impl Batch<'_> {
     /// Applies part of the open list of `source` (one is begun if none is): the objects are
     /// stored at once, but the roots they affect are resolved only when the list ends, so a
     /// root whose pods arrive over many parts is resolved once.
+    ///
+    /// Except before the index first syncs (when nothing is served): then a root that this
+    /// list's objects affected, and that no part touched for [`RIPE_AFTER`] parts since, is
+    /// resolved with this batch, beside the rest of the download — a list comes sorted by
+    /// namespace and name, and a workload's pods share its name, so its pods are most likely
+    /// all in. One touched again later is resolved again when the list ends.
     pub fn stage(&mut self, source: &str, items: Vec<Result<Cached, String>>) {
         let source = self.writer.source(source);
         let mut listing = self.writer.listings.remove(&source).unwrap_or_default();
@@ -130,6 +140,24 @@ impl Batch<'_> {
             }
         }
         let staged = std::mem::replace(&mut self.writer.dirty, outside);
+        listing.parts += 1;
+        if !self.index.synced() {
+            let part = listing.parts;
+            for uid in &staged {
+                listing.touched.insert(uid.clone(), part);
+            }
+            let ripe: Vec<Uid> = listing
+                .touched
+                .iter()
+                .filter(|(_, last)| **last + RIPE_AFTER <= part)
+                .map(|(uid, _)| uid.clone())
+                .collect();
+            for uid in ripe {
+                listing.touched.remove(&uid);
+                listing.dirty.remove(&uid);
+                self.writer.dirty.insert(uid);
+            }
+        }
         listing.dirty.extend(staged);
         self.writer.listings.insert(source, listing);
     }

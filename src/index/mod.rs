@@ -67,12 +67,16 @@ struct Writer {
 }
 
 /// A list received in parts: what it held so far, the roots its objects affect (resolved
-/// once, when it ends) and the objects it skipped.
+/// once, when it ends, or before: see [`Batch::stage`]) and the objects it skipped.
 #[derive(Default)]
 struct Listing {
     seen: foldhash::HashSet<String>,
     dirty: BTreeSet<Uid>,
     skipped: Vec<String>,
+    /// Parts staged so far.
+    parts: u64,
+    /// Roots of `dirty` the list's own objects affected, with the last part that did.
+    touched: foldhash::HashMap<Uid, u64>,
 }
 
 impl Writer {

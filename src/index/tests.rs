@@ -407,6 +407,66 @@ fn roots_handed_over_before_the_first_sync_can_be_prepared_while_their_pods_arri
 }
 
 #[test]
+fn before_the_first_sync_a_root_the_open_list_stopped_touching_is_resolved_before_it_ends() {
+    let index = Index::new(catalog(), &["cluster"]);
+    let convert = |docs: &[Value]| docs.iter().map(|d| index.convert(d)).collect::<Vec<_>>();
+    let part = |docs: &[Value]| {
+        let mut batch = index.batch();
+        batch.stage("pods", convert(docs));
+    };
+    {
+        // Groups a and c (c has no pods) are handed to the open pod list.
+        let mut batch = index.batch();
+        batch.begin_list("groups");
+        batch.begin_list("pods");
+        let docs = [
+            group("a", json!({})),
+            member("a-0", Some("a")),
+            group("c", json!({})),
+        ];
+        batch.stage("groups", convert(&docs));
+        batch.finish_list("groups");
+    }
+    part(&[pod("a-0-p", "a-0")]);
+    // Parts of pods of nothing cached: a is not touched again.
+    for i in 1..super::batch::RIPE_AFTER {
+        part(&[pod(&format!("x-{i}"), "x")]);
+        assert!(workloads(&index).is_empty(), "part {i}: too early");
+    }
+    part(&[pod("x-last", "x")]);
+    // Not touched for RIPE_AFTER parts: resolved with what is in. c, which no part touched,
+    // waits for the end of the list.
+    assert_eq!(workloads(&index), ["Group/a"]);
+    let pods = |uid: &str| {
+        index
+            .workload(&pb::ObjectRef {
+                uid: uid.into(),
+                ..Default::default()
+            })
+            .and_then(|w| w.pods)
+            .map(|p| p.current)
+    };
+    assert_eq!(pods("uid-a"), Some(1));
+    // A pod of a after all: a is resolved again when the list ends, with it.
+    part(&[pod("a-0-q", "a-0")]);
+    assert_eq!(pods("uid-a"), Some(1));
+    index.batch().finish_list("pods");
+    assert_eq!(workloads(&index), ["Group/a", "Group/c"]);
+    assert_eq!(pods("uid-a"), Some(2));
+
+    // Once synced, a list's roots wait for its end, however long it runs.
+    index.mark_synced("cluster");
+    index.batch().begin_list("pods");
+    part(&[pod("a-0-r", "a-0")]);
+    for i in 0..super::batch::RIPE_AFTER * 2 {
+        part(&[pod(&format!("y-{i}"), "y")]);
+    }
+    assert_eq!(pods("uid-a"), Some(2));
+    index.batch().finish_list("pods");
+    assert_eq!(pods("uid-a"), Some(1), "the relist held a-0-r alone");
+}
+
+#[test]
 fn a_list_that_starts_over_gives_back_the_roots_handed_to_it() {
     let index = Index::new(catalog(), &["cluster"]);
     {

@@ -465,8 +465,16 @@ struct PodFacts {
 impl PodFacts {
     /// Reads the facts, walking to each field once.
     fn read<'a, D: Doc<'a>>(pod: D) -> PodFacts {
-        let spec = pod.get("spec");
-        let status = pod.get("status");
+        // One pass over the pod's fields (each `get` would step over the ones before).
+        let (mut metadata, mut spec, mut status) = (None, None, None);
+        for (key, value) in pod.entries() {
+            match key {
+                b"metadata" => metadata = Some(value),
+                b"spec" => spec = Some(value),
+                b"status" => status = Some(value),
+                _ => {}
+            }
+        }
         let text = |of: Option<D>, key: &str| of.and_then(|o| o.get(key)?.as_str());
         // The first condition of each type, as (status, reason).
         let (mut ready, mut scheduled) = (None, None);
@@ -505,7 +513,7 @@ impl PodFacts {
                 Some(spec) => resources::pod_spec_request(spec, &mut bad_quantities),
                 None => Default::default(),
             },
-            gpu_fraction: resources::gpu_fraction(pod.get_path(&["metadata", "annotations"])),
+            gpu_fraction: resources::gpu_fraction(metadata.and_then(|m| m.get("annotations"))),
         };
         PodFacts {
             node: text(spec, "nodeName").unwrap_or_default().to_owned(),
