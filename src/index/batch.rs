@@ -121,11 +121,12 @@ impl Batch<'_> {
     /// stored at once, but the roots they affect are resolved only when the list ends, so a
     /// root whose pods arrive over many parts is resolved once.
     ///
-    /// Except before the index first syncs (when nothing is served): then a root that this
-    /// list's objects affected, and that no part touched for [`RIPE_AFTER`] parts since, is
-    /// resolved with this batch, beside the rest of the download — a list comes sorted by
-    /// namespace and name, and a workload's pods share its name, so its pods are most likely
-    /// all in. One touched again later is resolved again when the list ends.
+    /// Except before the index first syncs (when nothing is served), in the last list still
+    /// arriving (the pods, in a cold start): then a root that this list's objects affected,
+    /// and that no part touched for [`RIPE_AFTER`] parts since, is resolved with this batch,
+    /// beside the rest of the download — a list comes sorted by namespace and name, and a
+    /// workload's pods share its name, so its pods are most likely all in. One touched again
+    /// later is resolved again when the list ends.
     pub fn stage(&mut self, source: &str, items: Vec<Result<Cached, String>>) {
         let source = self.writer.source(source);
         let mut listing = self.writer.listings.remove(&source).unwrap_or_default();
@@ -146,10 +147,13 @@ impl Batch<'_> {
             for uid in &staged {
                 listing.touched.insert(uid.clone(), part);
             }
+            // While other lists arrive, they may still touch these roots (a root's pods come
+            // after its jobs): only the last list still arriving resolves ahead.
+            let alone = self.writer.listings.is_empty();
             let ripe: Vec<Uid> = listing
                 .touched
                 .iter()
-                .filter(|(_, last)| **last + RIPE_AFTER <= part)
+                .filter(|(_, last)| alone && **last + RIPE_AFTER <= part)
                 .map(|(uid, _)| uid.clone())
                 .collect();
             for uid in ripe {

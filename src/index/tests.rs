@@ -419,6 +419,7 @@ fn before_the_first_sync_a_root_the_open_list_stopped_touching_is_resolved_befor
         let mut batch = index.batch();
         batch.begin_list("groups");
         batch.begin_list("pods");
+        batch.begin_list("late");
         let docs = [
             group("a", json!({})),
             member("a-0", Some("a")),
@@ -428,11 +429,14 @@ fn before_the_first_sync_a_root_the_open_list_stopped_touching_is_resolved_befor
         batch.finish_list("groups");
     }
     part(&[pod("a-0-p", "a-0")]);
-    // Parts of pods of nothing cached: a is not touched again.
-    for i in 1..super::batch::RIPE_AFTER {
+    // Parts of pods of nothing cached: a is not touched again. While another list is still
+    // arriving (it might touch a), a waits.
+    for i in 1..super::batch::RIPE_AFTER * 2 {
         part(&[pod(&format!("x-{i}"), "x")]);
         assert!(workloads(&index).is_empty(), "part {i}: too early");
     }
+    index.batch().finish_list("late");
+    assert!(workloads(&index).is_empty());
     part(&[pod("x-last", "x")]);
     // Not touched for RIPE_AFTER parts: resolved with what is in. c, which no part touched,
     // waits for the end of the list.
