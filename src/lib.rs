@@ -49,6 +49,7 @@ pub mod index;
 pub mod manifest;
 pub mod metrics;
 pub mod model;
+pub mod parallel;
 pub mod proto;
 pub mod resolve;
 pub mod server;

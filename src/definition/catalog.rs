@@ -215,41 +215,18 @@ fn compile_each<'p>(
     parsed: &'p [Parsed],
     origin: &str,
 ) -> Vec<(&'p Parsed, Result<Definition, Vec<DefinitionError>>)> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let compile = |p: &Parsed| Definition::compile(p.karta.clone(), &p.source, origin);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(parsed.len());
-    if threads <= 1 {
-        return parsed.iter().map(|p| (p, compile(p))).collect();
-    }
-    let next = AtomicUsize::new(0);
-    let work = || {
-        let mut done = Vec::new();
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(p) = parsed.get(i) else {
-                return done;
-            };
-            done.push((i, compile(p)));
-        }
-    };
-    let mut all: Vec<(usize, Result<Definition, Vec<DefinitionError>>)> =
-        std::thread::scope(|scope| {
-            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
-            let mut all = work();
-            for helper in helpers {
-                // A panic while compiling is a bug: it is raised here as it would be inline.
-                match helper.join() {
-                    Ok(done) => all.extend(done),
-                    Err(panic) => std::panic::resume_unwind(panic),
-                }
-            }
-            all
-        });
-    all.sort_unstable_by_key(|(i, _)| *i);
-    all.into_iter().map(|(i, c)| (&parsed[i], c)).collect()
+    let compiled = crate::parallel::map_in_order(
+        parsed,
+        crate::parallel::cores(),
+        "kartograf-compile",
+        COMPILE_STACK,
+        |p| Definition::compile(p.karta.clone(), &p.source, origin),
+    );
+    parsed.iter().zip(compiled).collect()
 }
+
+/// Stack of a thread compiling definitions (jq's parser recurses).
+const COMPILE_STACK: usize = 8 << 20;
 
 /// Loads the embedded catalog.
 pub fn load_embedded() -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {

@@ -3,7 +3,7 @@
 //! scale paths. Same results as jq, without the interpreter's per-call overhead. Anything
 //! else is left to jaq.
 
-use super::value::{Packed, Walk};
+use super::value::{Packed, Walk, as_bytes};
 use jaq_core::load::lex::StrPart;
 use jaq_core::load::parse::{BinaryOp, Term};
 use jaq_core::path::{Opt, Part};
@@ -73,14 +73,6 @@ fn plain_string(term: &Term<&str>) -> Option<Val> {
     Some(super::value::string(&s))
 }
 
-/// The bytes of a string key.
-fn key_text(key: &Val) -> Option<&[u8]> {
-    match key {
-        Val::TStr(b) | Val::BStr(b) => Some(&b[..]),
-        _ => None,
-    }
-}
-
 /// Why a fast evaluation failed (the message jq would give).
 #[derive(Debug)]
 pub struct FastError(pub String);
@@ -128,10 +120,10 @@ impl Fast {
             Fast::Lit(v) => Some(Ok(Some(v.clone()))),
             Fast::Path(keys) => {
                 // Keys are strings (`recognize` makes no others): checked, not collected.
-                if !keys.iter().all(|(key, _)| key_text(key).is_some()) {
+                if !keys.iter().all(|(key, _)| as_bytes(key).is_some()) {
                     return None;
                 }
-                match input.walk(keys.iter().filter_map(|(key, _)| key_text(key)))? {
+                match input.walk(keys.iter().filter_map(|(key, _)| as_bytes(key)))? {
                     Walk::Found(v) => Some(Ok(Some(v))),
                     Walk::Stuck(step) if keys.get(step).is_some_and(|(_, optional)| *optional) => {
                         Some(Ok(None))

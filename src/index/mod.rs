@@ -43,7 +43,7 @@ use objects::{Entry, Graph, Objects, mark_affected, unlink};
 use placements::Placements;
 use serde_json::Value as Json;
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -143,15 +143,6 @@ const PUBLISH_EVERY: usize = 256;
 const PARALLEL_FROM: usize = 64;
 /// Most threads a flush resolves on.
 const RESOLVE_THREADS: usize = 4;
-
-/// A scoped thread settling part of a flush.
-type Spawned<'scope> = std::thread::ScopedJoinHandle<'scope, Vec<(usize, Settled)>>;
-
-/// The index of the next unclaimed item of `len` (see [`Index::settle_all`]).
-fn claim(next: &AtomicUsize, len: usize) -> Option<usize> {
-    let i = next.fetch_add(1, Ordering::Relaxed);
-    (i < len).then_some(i)
-}
 
 /// What settling one dirty root gave.
 enum Settled {
@@ -613,44 +604,18 @@ impl Index {
     /// roots differ widely in cost (a JobSet with a thousand pods beside a Deployment with
     /// two), so fixed shares would leave threads idle. Results come in `chunk`'s order.
     fn settle_all(&self, chunk: &[Uid], catalog: &Catalog) -> Vec<Settled> {
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(RESOLVE_THREADS);
-        if threads < 2 || chunk.len() < PARALLEL_FROM {
-            return chunk.iter().map(|uid| self.settle(uid, catalog)).collect();
-        }
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            let helpers: Vec<Spawned<'_>> = (1..threads)
-                .filter_map(|_| {
-                    std::thread::Builder::new()
-                        .name("kartograf-resolve".into())
-                        .stack_size(feed::WRITER_STACK)
-                        .spawn_scoped(scope, || {
-                            let mut at = Vec::new();
-                            while let Some(i) = claim(&next, chunk.len()) {
-                                at.push((i, self.settle(&chunk[i], catalog)));
-                            }
-                            at
-                        })
-                        // No thread to be had: the others do its share.
-                        .ok()
-                })
-                .collect();
-            let mut all: Vec<(usize, Settled)> = Vec::with_capacity(chunk.len());
-            while let Some(i) = claim(&next, chunk.len()) {
-                all.push((i, self.settle(&chunk[i], catalog)));
-            }
-            for helper in helpers {
-                all.extend(
-                    helper
-                        .join()
-                        .unwrap_or_else(|e| std::panic::resume_unwind(e)),
-                );
-            }
-            all.sort_unstable_by_key(|(i, _)| *i);
-            all.into_iter().map(|(_, settled)| settled).collect()
-        })
+        let threads = if chunk.len() < PARALLEL_FROM {
+            1
+        } else {
+            crate::parallel::cores().min(RESOLVE_THREADS)
+        };
+        crate::parallel::map_in_order(
+            chunk,
+            threads,
+            "kartograf-resolve",
+            feed::WRITER_STACK,
+            |uid| self.settle(uid, catalog),
+        )
     }
 
     /// Resolves root `uid`, or finds that it is no root (any more).

@@ -88,6 +88,17 @@ fn workloads(index: &Index) -> Vec<String> {
     names
 }
 
+/// How many pods the published graph of `uid` counts now.
+fn current_pods(index: &Index, uid: &str) -> Option<u32> {
+    index
+        .workload(&pb::ObjectRef {
+            uid: uid.into(),
+            ..Default::default()
+        })
+        .and_then(|w| w.pods)
+        .map(|p| p.current)
+}
+
 fn kinds(changes: &[super::Change]) -> Vec<(String, pb::EventType)> {
     changes
         .iter()
@@ -339,15 +350,7 @@ fn before_the_first_sync_a_list_that_ends_while_another_arrives_hands_it_its_roo
     // Resolved once, with its pods: one event.
     let (changes, _) = index.changes_since(before, &Filter::default()).unwrap();
     assert_eq!(kinds(&changes), [("a".to_owned(), pb::EventType::Added)]);
-    let pods = |uid: &str| {
-        index
-            .workload(&pb::ObjectRef {
-                uid: uid.into(),
-                ..Default::default()
-            })
-            .and_then(|w| w.pods)
-            .map(|p| p.current)
-    };
+    let pods = |uid: &str| current_pods(&index, uid);
     assert_eq!(pods("uid-a"), Some(2));
 
     // Once synced, a list that ends is resolved at once, whatever else is arriving.
@@ -441,15 +444,7 @@ fn before_the_first_sync_a_root_the_open_list_stopped_touching_is_resolved_befor
     // Not touched for RIPE_AFTER parts: resolved with what is in. c, which no part touched,
     // waits for the end of the list.
     assert_eq!(workloads(&index), ["Group/a"]);
-    let pods = |uid: &str| {
-        index
-            .workload(&pb::ObjectRef {
-                uid: uid.into(),
-                ..Default::default()
-            })
-            .and_then(|w| w.pods)
-            .map(|p| p.current)
-    };
+    let pods = |uid: &str| current_pods(&index, uid);
     assert_eq!(pods("uid-a"), Some(1));
     // A pod of a after all: a is resolved again when the list ends, with it.
     part(&[pod("a-0-q", "a-0")]);

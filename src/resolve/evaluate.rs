@@ -6,7 +6,7 @@ use super::Resolver;
 use super::diagnostics::{ERROR, WARNING, code};
 use crate::definition::plan::Compiled;
 use crate::expr::EvalError;
-use crate::expr::value::{as_str, get, get_path, to_text};
+use crate::expr::value::{Doc, to_text};
 use crate::model::memo::Answer;
 use jaq_json::Val;
 
@@ -237,14 +237,10 @@ impl Resolver<'_> {
     /// Whether pod `i` has label `key` set to `value` (read from its packed form unless it
     /// is unpacked already).
     pub(super) fn pod_label_is(&self, i: usize, key: &str, value: &str) -> bool {
+        let path = ["metadata", "labels", key];
         match &self.values[i] {
-            Some(pod) => {
-                get_path(pod, &["metadata", "labels"])
-                    .and_then(|labels| get(labels, key))
-                    .and_then(as_str)
-                    == Some(value)
-            }
-            None => self.pods[i].packed.text(&["metadata", "labels", key]) == Some(value),
+            Some(pod) => pod.get_path(&path).and_then(Doc::as_str) == Some(value),
+            None => self.pods[i].packed.text(&path) == Some(value),
         }
     }
 

@@ -1,8 +1,8 @@
 //! Read access shared by unpacked values (`&Val`) and values read in place from a packed
 //! buffer ([`Node`]), so facts the cache derives from an object (a pod's phase, readiness,
-//! resource requests) are read from the packed bytes without unpacking them.
+//! resource requests) are read from the packed bytes without unpacking them. The packed
+//! side's implementation is beside the format, in `packed`.
 
-use super::Node;
 use jaq_json::Val;
 
 /// A JSON-shaped document read in place.
@@ -50,47 +50,11 @@ impl<'a> Doc<'a> for &'a Val {
     }
 
     fn entries(self) -> impl Iterator<Item = (&'a [u8], Self)> {
-        super::entries(self).map(|(k, v)| {
-            let key: &[u8] = match k {
-                Val::TStr(b) | Val::BStr(b) => b,
-                _ => b"",
-            };
-            (key, v)
-        })
+        super::entries(self).map(|(k, v)| (super::as_bytes(k).unwrap_or_default(), v))
     }
 
     fn to_text(self) -> String {
         super::to_text(self)
-    }
-}
-
-impl<'a> Doc<'a> for Node<'a> {
-    fn get(self, key: &str) -> Option<Self> {
-        Node::get(self, key)
-    }
-
-    fn as_str(self) -> Option<&'a str> {
-        Node::as_str(self)
-    }
-
-    fn as_f64(self) -> Option<f64> {
-        Node::as_f64(self)
-    }
-
-    fn is_number(self) -> bool {
-        Node::is_number(self)
-    }
-
-    fn items(self) -> impl Iterator<Item = Self> {
-        Node::items(self)
-    }
-
-    fn entries(self) -> impl Iterator<Item = (&'a [u8], Self)> {
-        Node::entries(self)
-    }
-
-    fn to_text(self) -> String {
-        super::to_text(&self.to_val())
     }
 }
 

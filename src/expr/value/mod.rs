@@ -252,12 +252,17 @@ pub fn get_path<'v>(val: &'v Val, path: &[&str]) -> Option<&'v Val> {
     path.iter().try_fold(val, |v, key| get(v, key))
 }
 
-/// The string content of a string value.
-pub fn as_str(val: &Val) -> Option<&str> {
+/// The bytes of a string value.
+pub fn as_bytes(val: &Val) -> Option<&[u8]> {
     match val {
-        Val::TStr(b) | Val::BStr(b) => std::str::from_utf8(b).ok(),
+        Val::TStr(b) | Val::BStr(b) => Some(b),
         _ => None,
     }
+}
+
+/// The string content of a string value.
+pub fn as_str(val: &Val) -> Option<&str> {
+    as_bytes(val).and_then(|b| std::str::from_utf8(b).ok())
 }
 
 /// The elements of an array value (empty for anything else).

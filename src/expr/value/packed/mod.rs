@@ -20,7 +20,7 @@ mod stream;
 
 pub use stream::{PackSeed, Parsed};
 
-use super::{ConvertError, Limits, float, spend};
+use super::{ConvertError, Doc, Limits, float, spend};
 use bytes::Bytes;
 use jaq_json::{Map, Num, Rc, Val};
 use serde_json::Value as Json;
@@ -177,10 +177,7 @@ impl Packed {
 
     /// The value at a path of object keys, unpacking nothing else (`None` when absent).
     pub fn lookup(&self, path: &[&str]) -> Option<Val> {
-        self.read(|reader| {
-            reader.find(path)?;
-            reader.val()
-        })
+        self.with_node(|root| root.get_path(path)?.reader().val())
     }
 
     /// Where jq's `.k1.k2…` leads in the packed value, unpacking only what it reaches (see
@@ -307,8 +304,8 @@ pub struct Node<'a> {
     keys: &'a Keys,
 }
 
-/// The elements of a packed array ([`Node::items`]).
-pub struct Items<'a> {
+/// The elements of a packed array ([`Doc::items`] of a [`Node`]).
+struct Items<'a> {
     reader: Reader<'a>,
     left: u64,
 }
@@ -356,8 +353,19 @@ impl<'a> Node<'a> {
         self.buf.get(self.at).copied()
     }
 
-    /// Field `key` of an object (`None` for anything else, or when absent).
-    pub fn get(self, key: &str) -> Option<Node<'a>> {
+    /// True for `true`.
+    pub fn is_true(self) -> bool {
+        self.tag() == Some(TRUE)
+    }
+
+    /// The value unpacked (`null` when malformed).
+    pub fn to_val(self) -> Val {
+        self.reader().val().unwrap_or(Val::Null)
+    }
+}
+
+impl<'a> Doc<'a> for Node<'a> {
+    fn get(self, key: &str) -> Option<Self> {
         let mut reader = self.reader();
         if reader.byte()? != OBJECT || !reader.field(key.as_bytes())? {
             return None;
@@ -368,8 +376,7 @@ impl<'a> Node<'a> {
         })
     }
 
-    /// The text of a string.
-    pub fn as_str(self) -> Option<&'a str> {
+    fn as_str(self) -> Option<&'a str> {
         let mut reader = self.reader();
         if reader.byte()? != STRING {
             return None;
@@ -380,8 +387,7 @@ impl<'a> Node<'a> {
         std::str::from_utf8(&self.buf[start..start + len]).ok()
     }
 
-    /// A number as f64.
-    pub fn as_f64(self) -> Option<f64> {
+    fn as_f64(self) -> Option<f64> {
         let mut reader = self.reader();
         match reader.byte()? {
             INT => {
@@ -395,19 +401,12 @@ impl<'a> Node<'a> {
         }
     }
 
-    /// True for `true`.
-    pub fn is_true(self) -> bool {
-        self.tag() == Some(TRUE)
-    }
-
-    /// True for a number.
-    pub fn is_number(self) -> bool {
+    fn is_number(self) -> bool {
         matches!(self.tag(), Some(INT | FLOAT))
     }
 
-    /// The elements of an array (nothing for anything else). Its size hint is the
-    /// array's length, so collecting allocates once.
-    pub fn items(self) -> Items<'a> {
+    /// Its size hint is the array's length, so collecting allocates once.
+    fn items(self) -> impl Iterator<Item = Self> {
         let mut reader = self.reader();
         let left = match reader.byte() {
             Some(ARRAY) => reader.varint().unwrap_or(0),
@@ -416,8 +415,7 @@ impl<'a> Node<'a> {
         Items { reader, left }
     }
 
-    /// The entries of an object, keys as bytes (nothing for anything else).
-    pub fn entries(self) -> impl Iterator<Item = (&'a [u8], Node<'a>)> {
+    fn entries(self) -> impl Iterator<Item = (&'a [u8], Self)> {
         let mut reader = self.reader();
         let mut left = match reader.byte() {
             Some(OBJECT) => reader.varint().unwrap_or(0),
@@ -443,9 +441,8 @@ impl<'a> Node<'a> {
         })
     }
 
-    /// The value unpacked (`null` when malformed).
-    pub fn to_val(self) -> Val {
-        self.reader().val().unwrap_or(Val::Null)
+    fn to_text(self) -> String {
+        super::to_text(&self.to_val())
     }
 }
 
