@@ -29,7 +29,8 @@
 //! validation, the compiled plan, layering), [`model`] (cached objects, resources, memo,
 //! ownership), [`resolve`] (pure: definition + root + pods ─▶ graph), [`index`] (objects,
 //! resolution, the published board), [`source`] and [`aggregate`] (feeders), [`server`]
-//! (tonic, behind the [`server::Store`] trait), [`cli`] (wiring). `definition`, `expr`, `model`
+//! (tonic, behind the [`server::Store`] trait), [`cli`] (wiring); [`parallel`] (std-only work
+//! sharing) serves any of them. `definition`, `expr`, `model`
 //! and `resolve` know nothing of kube, tonic or tokio; `index` knows no tonic; `server` knows no
 //! kube. The engine's product is the wire type ([`proto::v1::Workload`]) on purpose: a graph
 //! is encoded once when published and its bytes are shared by every Resolve answer and Watch

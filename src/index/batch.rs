@@ -123,7 +123,7 @@ impl Batch<'_> {
     ///
     /// Except before the index first syncs (when nothing is served), in the last list still
     /// arriving (the pods, in a cold start): then a root that this list's objects affected,
-    /// and that no part touched for [`RIPE_AFTER`] parts since, is resolved with this batch,
+    /// and that no part touched for `RIPE_AFTER` parts since, is resolved with this batch,
     /// beside the rest of the download — a list comes sorted by namespace and name, and a
     /// workload's pods share its name, so its pods are most likely all in. One touched again
     /// later is resolved again when the list ends.
