@@ -22,7 +22,8 @@
 //! --events 2000 --event-secs 10 --window 5 --rate 200 --hostile-secs 10 --sources
 //! manifests,kube --phases idle,events,reload,scrape,relist,hostile`). Progress goes to stderr, the results table to stdout. Without
 //! `--bench` (as `cargo test --benches` runs it) it does a short smoke run on 1,000 pods
-//! that fails on any error but judges no goal. `KARTOGRAF_E2E_PERF=DIR` records every
+//! that fails on any error but judges no goal. `KARTOGRAF_E2E_WRITE_MANIFESTS=PODS:DIR` only writes the manifest directory
+//! of that size (for profiling by hand). `KARTOGRAF_E2E_PERF=DIR` records every
 //! kartograf process with `perf record` into DIR (profiling only: perf's own cost then
 //! shows in the figures).
 
@@ -58,6 +59,9 @@ use tonic_health::pb::health_client::HealthClient;
 /// Set (to a pod count) in the environment of the re-executed bench binary that serves
 /// the fake API server.
 const FAKE_ENV: &str = "KARTOGRAF_E2E_FAKE_APISERVER";
+/// Set (to `PODS:DIR`) to write the manifest directory of that size into DIR and exit (for
+/// profiling `serve --manifests` by hand).
+const WRITE_ENV: &str = "KARTOGRAF_E2E_WRITE_MANIFESTS";
 /// The catalog definition the reload phase overrides.
 const RELOADED: &str = "jobset-x-k8s-io-jobset-v1alpha2";
 /// Events kept by the fake API server for watch resumption (the rest is compacted away).
@@ -1898,6 +1902,17 @@ fn main() {
     if let Some(pods) = std::env::var_os(FAKE_ENV) {
         let pods = pods.to_str().and_then(|p| p.parse().ok()).unwrap_or(0);
         fake_apiserver_main(pods);
+        return;
+    }
+    if let Some(spec) = std::env::var_os(WRITE_ENV) {
+        let spec = spec.to_string_lossy().into_owned();
+        let (pods, dir) = spec
+            .split_once(':')
+            .and_then(|(p, d)| Some((p.parse::<usize>().ok()?, PathBuf::from(d))))
+            .unwrap_or_else(|| panic!("{WRITE_ENV} must be PODS:DIR, not {spec:?}"));
+        cluster(pods)
+            .write_dir(&dir)
+            .expect("write the manifest directory");
         return;
     }
     START.get_or_init(Instant::now);

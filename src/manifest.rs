@@ -31,29 +31,29 @@ pub fn parse_documents(text: &str) -> Result<Vec<Value>, String> {
 /// json` dumps and generators write), parsed with serde_json: JSON is YAML and this is many
 /// times faster. `None` when any document is anything else, so the caller parses YAML.
 fn parse_json_stream(text: &str) -> Option<Vec<Value>> {
+    json_stream(text)?
+        .into_iter()
+        .map(|doc| serde_json::from_str::<Value>(doc).ok())
+        .collect()
+}
+
+/// The documents of a `---`-separated stream (or a lone document) that look like JSON
+/// objects, as text, empty ones left out; `None` when one does not start with `{`. Whether
+/// each is JSON is for the caller's parse to find.
+pub fn json_stream(text: &str) -> Option<Vec<&str>> {
     let mut docs = Vec::new();
     let mut start = 0;
-    let mut push = |chunk: &str| -> Option<()> {
-        let chunk = chunk.trim();
-        if chunk.is_empty() {
-            return Some(());
-        }
-        if !chunk.starts_with('{') {
-            return None;
-        }
-        docs.push(serde_json::from_str::<Value>(chunk).ok()?);
-        Some(())
-    };
     let mut at = 0;
     for line in text.split_inclusive('\n') {
         if line.trim_end() == "---" {
-            push(&text[start..at])?;
+            docs.push(text[start..at].trim());
             start = at + line.len();
         }
         at += line.len();
     }
-    push(&text[start..])?;
-    Some(docs)
+    docs.push(text[start..].trim());
+    docs.retain(|doc| !doc.is_empty());
+    docs.iter().all(|doc| doc.starts_with('{')).then_some(docs)
 }
 
 /// YAML with limits that scale with the text: any number of documents (`kubectl get -o

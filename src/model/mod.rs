@@ -6,6 +6,7 @@
 pub mod memo;
 pub mod object;
 pub mod ownership;
+mod peek;
 pub mod resources;
 
 pub use memo::Memo;

@@ -3,10 +3,11 @@
 
 use crate::definition::GroupVersionKind;
 use crate::expr::Limits;
-use crate::expr::value::{self, Doc, Keep, Node, Packed, Parsed};
+use crate::expr::value::{self, Doc, Keep, Node, PackSeed, Packed, Parsed};
 use crate::model::Memo;
 use crate::model::resources::{self, Request};
 use jaq_json::Val;
+use serde::de::DeserializeSeed;
 use serde_json::Value as Json;
 use std::sync::Arc;
 
@@ -236,6 +237,43 @@ impl Cached {
                 problem,
             }))
         })
+    }
+
+    /// Converts one JSON object from its text, packed while it is parsed (no JSON tree is
+    /// built): the same as [`Cached::from_json`] on the parsed text. `None` when the text is
+    /// not for this: not JSON, a `…List` (whose items are the objects), or not an object
+    /// this can read (the caller parses it whole and reports why).
+    pub fn from_json_text(text: &str, limits: Limits) -> Option<Cached> {
+        let pack = |pod: bool| {
+            let keep = if pod { &POD_PROJECTION } else { &OBJECT_RULE };
+            let mut parser = serde_json::Deserializer::from_str(text);
+            let parsed = PackSeed {
+                keep,
+                limits,
+                capture: &[],
+            }
+            .deserialize(&mut parser)
+            .ok()?;
+            parser.end().ok()?;
+            Cached::from_parsed(parsed, false).ok()
+        };
+        // The rule is chosen by a glance at the text; the parsed object decides (a later
+        // duplicate `kind` wins there), and is packed again in the rare case they differ.
+        let (api_version, kind) = super::peek::type_of(text);
+        if kind.is_some_and(|k| k.ends_with("List")) {
+            return None;
+        }
+        let pod = kind == Some("Pod") && api_version == Some("v1");
+        let cached = pack(pod)?;
+        let meta = cached.meta();
+        if meta.kind.ends_with("List") {
+            return None;
+        }
+        if matches!(cached, Cached::Pod(_)) == pod {
+            Some(cached)
+        } else {
+            pack(!pod)
+        }
     }
 
     /// Makes the object hold `uid` (the same text, shared) as its `metadata.uid`, when no
@@ -622,3 +660,110 @@ impl Pod {
 // class (the next one up is 448 bytes, 6.4 MB more at 100k pods).
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(std::mem::size_of::<Pod>() <= 384 - 16);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::path::Path;
+
+    /// Converts `json` both ways (from its text, and parsed whole) and checks they agree.
+    fn agree(json: &Json, text: &str, limits: Limits) -> Cached {
+        // Packing once first puts the keys in the key table, so both write them as ids.
+        let _ = Cached::from_json(json, limits);
+        let whole = Cached::from_json(json, limits).expect("converts parsed whole");
+        let packed = Cached::from_json_text(text, limits).expect("converts from its text");
+        assert!(
+            packed.same(&whole),
+            "{text}: from text {packed:?}\nparsed whole {whole:?}"
+        );
+        packed
+    }
+
+    #[test]
+    fn an_object_converted_from_its_text_is_the_object_parsed_whole() {
+        let mut docs = Vec::new();
+        for file in crate::manifest::files_below(Path::new("examples/cluster")).unwrap() {
+            let text = std::fs::read_to_string(&file).unwrap();
+            docs.extend(crate::manifest::parse_documents(&text).unwrap());
+        }
+        assert!(docs.len() > 50, "{} documents", docs.len());
+        let mut pods = 0;
+        for doc in &docs {
+            // Compact, and pretty with `kind` and `apiVersion` last (so the glance misses them).
+            let mut late = serde_json::Map::new();
+            for (k, v) in doc.as_object().unwrap() {
+                if k != "kind" && k != "apiVersion" {
+                    late.insert(k.clone(), v.clone());
+                }
+            }
+            let mut text = serde_json::to_string_pretty(&Json::Object(late)).unwrap();
+            text.truncate(text.trim_end().len() - 1);
+            text.push_str(&format!(
+                ",\n\"kind\": {},\n\"apiVersion\": {}\n}}",
+                doc["kind"], doc["apiVersion"]
+            ));
+            for text in [doc.to_string(), text] {
+                if let Cached::Pod(_) = agree(doc, &text, Limits::default()) {
+                    pods += 1;
+                }
+            }
+        }
+        assert!(pods > 20, "{pods} pods");
+    }
+
+    #[test]
+    fn the_last_of_duplicate_or_escaped_type_fields_decides_as_in_a_parse() {
+        let pod = |kind: &str| {
+            format!(
+                r#"{{"kind": "Pod", "apiVersion": "v1", "kind": {kind},
+                "metadata": {{"name": "p", "uid": "u"}},
+                "spec": {{"containers": [{{"name": "c", "env": [{{"name": "E", "value": "x"}}]}}]}}}}"#
+            )
+        };
+        let text = pod(r#""Deployment""#);
+        let object = agree(
+            &serde_json::from_str(&text).unwrap(),
+            &text,
+            Limits::default(),
+        );
+        assert!(matches!(object, Cached::Object(_)), "{object:?}");
+        let text = pod(r#""P\u006fd""#);
+        let again = agree(
+            &serde_json::from_str(&text).unwrap(),
+            &text,
+            Limits::default(),
+        );
+        assert!(matches!(again, Cached::Pod(_)), "{again:?}");
+        // Beyond the limits: kept with the same problem.
+        let limits = Limits {
+            max_bytes: 64,
+            ..Limits::default()
+        };
+        let big = agree(&serde_json::from_str(&text).unwrap(), &text, limits);
+        assert!(
+            matches!(&big, Cached::Pod(p) if p.problem.is_some()),
+            "{big:?}"
+        );
+    }
+
+    #[test]
+    fn what_is_not_one_readable_object_is_left_to_a_whole_parse() {
+        let list = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"name": "l"},
+            "items": [{"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p"}}]});
+        let late_list =
+            r#"{"kind": "Pod", "metadata": {"name": "l"}, "kind": "PodList", "items": []}"#;
+        for text in [
+            list.to_string(),
+            late_list.to_owned(),
+            r#"{"kind": "Pod", "apiVersion": "v1"}"#.to_owned(),
+            r#"{"kind": "Pod", "metadata": {"name": "p"}} {"#.to_owned(),
+            r#"{"kind": "Pod", "metadata": {"name": "p"#.to_owned(),
+            "[]".to_owned(),
+            "".to_owned(),
+        ] {
+            let got = Cached::from_json_text(&text, Limits::default());
+            assert!(got.is_none(), "{text}: {got:?}");
+        }
+    }
+}

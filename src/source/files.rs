@@ -10,7 +10,7 @@
 
 use notify::event::{AccessKind, AccessMode, EventKind};
 use notify::{RecursiveMode, Watcher};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -215,7 +215,8 @@ impl Scan {
 
 /// Files of a directory tree with what each last gave (`T`, the caller's parse result).
 pub struct Tracker<T> {
-    known: BTreeMap<PathBuf, Known<T>>,
+    /// By path (hashed: a path is looked up once per object of a scan).
+    known: HashMap<PathBuf, Known<T>>,
     /// Files this tracker has read.
     reads: AtomicU64,
 }
@@ -223,7 +224,7 @@ pub struct Tracker<T> {
 impl<T> Default for Tracker<T> {
     fn default() -> Self {
         Tracker {
-            known: BTreeMap::new(),
+            known: HashMap::new(),
             reads: AtomicU64::new(0),
         }
     }
@@ -242,12 +243,13 @@ impl<T> Tracker<T> {
     /// Compares a walk with what is known, from metadata alone (nothing is read).
     pub fn scan(&self, walk: &Walk) -> Scan {
         let present: HashSet<&Path> = walk.files.iter().map(|(p, _)| p.as_path()).collect();
-        let removed = self
+        let mut removed: Vec<PathBuf> = self
             .known
             .keys()
             .filter(|p| !present.contains(p.as_path()))
             .cloned()
             .collect();
+        removed.sort();
         let candidates = walk
             .files
             .iter()
@@ -344,9 +346,13 @@ impl<T> Tracker<T> {
 
     /// Every file that parsed at least once, with its last good payload, by path.
     pub fn iter(&self) -> impl Iterator<Item = (&PathBuf, &T)> {
-        self.known
+        let mut all: Vec<(&PathBuf, &T)> = self
+            .known
             .iter()
             .filter_map(|(p, k)| k.payload.as_ref().map(|t| (p, t)))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        all.into_iter()
     }
 }
 

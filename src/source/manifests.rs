@@ -165,11 +165,8 @@ impl ManifestSet {
                 let outcome = match tracker.read(&c) {
                     files::Read::Unchanged => Outcome::Unchanged,
                     files::Read::Unreadable(why) => Outcome::Unreadable(why),
-                    files::Read::Changed(text, hash) => match manifest::parse_documents(&text) {
-                        Ok(docs) => Outcome::Parsed(
-                            hash,
-                            docs.iter().map(|d| Cached::from_json(d, limits)).collect(),
-                        ),
+                    files::Read::Changed(text, hash) => match convert(&text, limits) {
+                        Ok(docs) => Outcome::Parsed(hash, docs),
                         Err(e) => Outcome::Failed(hash, e),
                     },
                 };
@@ -211,7 +208,7 @@ impl ManifestSet {
         let mut all: Vec<(Identity, Cached)> = Vec::with_capacity(docs.len());
         for converted in docs {
             match converted {
-                Ok(cached) => all.push((cached.meta().identity().into(), cached)),
+                Ok(cached) => all.push((identity(&cached), cached)),
                 Err(e) => skipped.push(e),
             }
         }
@@ -370,6 +367,34 @@ impl ManifestSet {
     }
 }
 
+/// An object's identity: its uid (the object's own copy, which the index shares too), or a
+/// stand-in without one.
+fn identity(cached: &Cached) -> Identity {
+    let meta = cached.meta();
+    if meta.uid.is_empty() {
+        meta.identity().into()
+    } else {
+        meta.uid.clone()
+    }
+}
+
+/// A file's objects, each converted or why not; `Err` when the file does not parse. A
+/// stream of JSON objects is packed while it is parsed (no JSON tree is built); anything
+/// else (YAML, `…List` kinds, a document that is not JSON) is parsed whole first.
+fn convert(text: &str, limits: Limits) -> Result<Vec<Result<Cached, String>>, String> {
+    if let Some(docs) = manifest::json_stream(text) {
+        let packed: Option<Vec<_>> = docs
+            .iter()
+            .map(|doc| Cached::from_json_text(doc, limits).map(Ok))
+            .collect();
+        if let Some(packed) = packed {
+            return Ok(packed);
+        }
+    }
+    let docs = manifest::parse_documents(text)?;
+    Ok(docs.iter().map(|d| Cached::from_json(d, limits)).collect())
+}
+
 /// Reads every object below `path` once (for callers that do not watch): the objects in
 /// effect and the problems met.
 pub fn read_once(path: &Path) -> (Vec<Cached>, Vec<SourceProblem>) {
@@ -447,5 +472,73 @@ pub async fn run_with(index: Arc<Index>, dir: PathBuf, rescan: Duration) {
         if ticks.recv().await.is_none() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the whole-parse path gives for `text` (documents parsed to JSON, then converted).
+    fn parsed_whole(text: &str) -> Vec<Result<Cached, String>> {
+        let docs = manifest::parse_documents(text).unwrap();
+        docs.iter()
+            .map(|d| Cached::from_json(d, Limits::default()))
+            .collect()
+    }
+
+    fn assert_same(got: &[Result<Cached, String>], want: &[Result<Cached, String>]) {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            match (g, w) {
+                (Ok(g), Ok(w)) => assert!(g.same(w), "{g:?} vs {w:?}"),
+                (Err(g), Err(w)) => assert_eq!(g, w),
+                _ => panic!("{g:?} vs {w:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_json_stream_converts_as_its_whole_parse_does_lists_and_bad_documents_included() {
+        let pod = |name: &str| {
+            format!(
+                r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "{name}", "uid": "u-{name}"}},
+                "spec": {{"nodeName": "n", "containers": [{{"name": "c", "resources": {{"requests": {{"cpu": "1"}}}}}}]}}}}"#
+            )
+        };
+        let plain = format!("---\n{}\n---\n\n---\n{}\n", pod("a"), pod("b"));
+        let list = format!(
+            "{}\n---\n{{\"kind\": \"List\", \"apiVersion\": \"v1\", \"items\": [{}, {}]}}\n",
+            pod("a"),
+            pod("b"),
+            pod("c")
+        );
+        let nameless = format!(
+            "{}\n---\n{{\"kind\": \"Pod\", \"apiVersion\": \"v1\"}}\n",
+            pod("a")
+        );
+        for text in [plain, list, nameless] {
+            let _ = parsed_whole(&text);
+            let got = convert(&text, Limits::default()).unwrap();
+            assert_same(&got, &parsed_whole(&text));
+        }
+        // The list's items are the objects; the nameless document is reported, not dropped.
+        let list = format!(
+            "{{\"kind\": \"PodList\", \"items\": [{}, {}]}}",
+            pod("x"),
+            pod("y")
+        );
+        assert_eq!(convert(&list, Limits::default()).unwrap().len(), 2);
+        let nameless = convert("{\"kind\": \"Pod\"}", Limits::default()).unwrap();
+        assert!(matches!(&nameless[..], [Err(e)] if e.contains("no kind or no metadata.name")));
+    }
+
+    #[test]
+    fn a_stream_that_is_not_all_json_objects_is_read_as_yaml_or_fails_whole() {
+        let text = "{\"kind\": \"Pod\", \"apiVersion\": \"v1\", \"metadata\": {\"name\": \"a\"}}\n---\nkind: Pod\napiVersion: v1\nmetadata:\n  name: b\n";
+        let got = convert(text, Limits::default()).unwrap();
+        assert_same(&got, &parsed_whole(text));
+        assert_eq!(got.len(), 2);
+        assert!(convert("{\"kind\": \"Pod\", \"metadata\": {", Limits::default()).is_err());
     }
 }

@@ -24,6 +24,7 @@ use super::{ConvertError, Doc, Limits, float, spend};
 use bytes::Bytes;
 use jaq_json::{Map, Num, Rc, Val};
 use serde_json::Value as Json;
+use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::{LazyLock, RwLock};
 
@@ -666,26 +667,28 @@ impl<'a> Reader<'a> {
     /// In an object whose tag was just read, moves to the value of key `want`; false (the
     /// reader somewhere inside the object) when it has none.
     fn field(&mut self, want: &[u8]) -> Option<bool> {
+        // Keys are written in byte order: the search ends at the first key past `want`.
         for _ in 0..self.varint()? {
-            if self.key_is(want)? {
-                return Some(true);
+            match self.key_cmp(want)? {
+                Ordering::Equal => return Some(true),
+                Ordering::Greater => return Some(false),
+                Ordering::Less => self.skip()?,
             }
-            self.skip()?;
         }
         Some(false)
     }
 
-    /// Reads a key: whether it is `want`.
-    fn key_is(&mut self, want: &[u8]) -> Option<bool> {
+    /// Reads a key: how it compares with `want`.
+    fn key_cmp(&mut self, want: &[u8]) -> Option<Ordering> {
         let k = self.varint()?;
         if k & 1 == 1 {
             let key = self.keys.bytes.get(usize::try_from(k >> 1).ok()?)?;
-            Some(key.as_ref() == want)
+            Some(key.as_ref().cmp(want))
         } else {
             let len = usize::try_from(k >> 1).ok()?;
             let start = self.at;
             self.advance(len)?;
-            Some(&self.buf[start..start + len] == want)
+            Some(self.buf[start..start + len].cmp(want))
         }
     }
 
@@ -874,6 +877,45 @@ mod tests {
         assert_eq!(first.to_json(), second.to_json());
         let third = Packed::pack(&a, &Keep::All, Limits::default()).unwrap();
         assert_eq!(second, third);
+    }
+
+    #[test]
+    fn a_key_lookup_stops_past_the_key_and_still_finds_every_one() {
+        // Keys in the table and written inline (new, long), with prefixes of each other and
+        // bytes above ASCII; absent keys before, between and after them.
+        let long = "k".repeat(MAX_KEY_LEN + 1);
+        let mut doc = json!({"": 0, "a": 1, "ab": 2, "b": {"x": 3}, "é": 4, "zz": 5});
+        doc[&long] = json!(6);
+        doc["never-seen-before-key-of-this-test"] = json!(7);
+        let texts = |packed: &Packed| {
+            let mut found = Vec::new();
+            for key in doc.as_object().unwrap().keys() {
+                found.push(packed.lookup(&[key]).map(|v| super::super::to_json(&v)));
+            }
+            found
+        };
+        for packed in [
+            Packed::pack(&doc, &Keep::All, Limits::default()).unwrap(),
+            Packed::pack(&doc, &Keep::All, Limits::default()).unwrap(),
+            Packed::pack(&json!({}), &Keep::All, Limits::default())
+                .unwrap()
+                .with_strings(&[("m", "x")]),
+        ] {
+            let want: Vec<_> = doc
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(|k| packed.to_json().get(k).cloned())
+                .collect();
+            assert_eq!(texts(&packed), want);
+            for absent in ["!", "aa", "a\0", "ac", "c", "zzz", "\u{10FFFF}", "kk"] {
+                assert!(packed.lookup(&[absent]).is_none(), "{absent}");
+            }
+        }
+        let packed = Packed::pack(&doc, &Keep::All, Limits::default()).unwrap();
+        assert!(texts(&packed).iter().all(Option::is_some));
+        assert!(packed.with_node(|n| n.get("b").and_then(|b| b.get("x")).is_some()));
+        assert!(packed.with_node(|n| n.get("b").and_then(|b| b.get("w")).is_none()));
     }
 
     #[test]
