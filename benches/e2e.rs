@@ -800,11 +800,17 @@ fn startup_addresses(line: &str) -> Option<(SocketAddr, SocketAddr)> {
     ))
 }
 
-/// A minimal HTTP/1.1 GET on a new connection: (status, body).
-async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+/// Sends an HTTP/1.1 GET of `path` on a new connection (closed after the answer).
+async fn send_get(addr: SocketAddr, path: &str) -> tokio::net::TcpStream {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("write");
+    stream
+}
+
+/// A minimal HTTP/1.1 GET on a new connection: (status, body).
+async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = send_get(addr, path).await;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await.expect("read");
     let text = String::from_utf8_lossy(&raw);
@@ -820,9 +826,7 @@ async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
 /// Scrapes `/metrics` as a Prometheus server would read it (streamed, nothing kept; this
 /// process's own work must not stall the `Resolve` client beside it): the response's size.
 async fn scrape_size(addr: SocketAddr) -> usize {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut stream = send_get(addr, "/metrics").await;
     let mut buf = vec![0u8; 1 << 16];
     let mut total = 0;
     loop {

@@ -174,6 +174,11 @@ pub fn identity(uid: &str, api_version: &str, kind: &str, namespace: &str, name:
     }
 }
 
+/// Whether an object of this type is cached as a [`Pod`] (core `v1` kind `Pod`).
+fn is_pod(api_version: &str, kind: &str) -> bool {
+    kind == "Pod" && api_version == "v1"
+}
+
 /// An object or a pod, converted for the cache (pods are recognised by `v1` kind `Pod`).
 #[derive(Clone, Debug)]
 pub enum Cached {
@@ -209,9 +214,8 @@ impl Cached {
     }
 
     fn convert(json: &Json, limits: Limits, keep: bool) -> Result<Cached, String> {
-        let is_pod = json.get("kind").and_then(Json::as_str) == Some("Pod")
-            && json.get("apiVersion").and_then(Json::as_str) == Some("v1");
-        Ok(if is_pod {
+        let text = |key: &str| json.get(key).and_then(Json::as_str).unwrap_or_default();
+        Ok(if is_pod(text("apiVersion"), text("kind")) {
             Cached::Pod(Arc::new(Pod::convert(json, limits, keep)?))
         } else {
             Cached::Object(Arc::new(Object::from_json(json, limits)?))
@@ -228,7 +232,7 @@ impl Cached {
             None => (parsed.packed, None),
             Some(e) => (Packed::default(), Some(e.to_string())),
         };
-        Ok(if meta.kind == "Pod" && meta.api_version == "v1" {
+        Ok(if is_pod(&meta.api_version, &meta.kind) {
             Cached::Pod(Arc::new(Pod::from_parts(meta, packed, problem, keep)))
         } else {
             Cached::Object(Arc::new(Object {
@@ -263,7 +267,7 @@ impl Cached {
         if kind.is_some_and(|k| k.ends_with("List")) {
             return None;
         }
-        let pod = kind == Some("Pod") && api_version == Some("v1");
+        let pod = is_pod(api_version.unwrap_or_default(), kind.unwrap_or_default());
         let cached = pack(pod)?;
         let meta = cached.meta();
         if meta.kind.ends_with("List") {
