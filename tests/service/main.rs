@@ -13,6 +13,7 @@ mod ingest;
 mod kube;
 mod observability;
 mod sources;
+mod hostile;
 mod strict;
 mod synth_cluster;
 

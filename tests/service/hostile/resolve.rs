@@ -1,0 +1,1 @@
+//! Objects whose numbers make resolution do native work: replica counts, quantities.
