@@ -116,15 +116,43 @@ fn sorted(mut all: Vec<Arc<WorkloadEntry>>) -> Vec<Arc<WorkloadEntry>> {
     all
 }
 
-fn add_resources(into: &mut pb::Resources, r: &pb::Resources) {
-    use crate::model::resources::{format_quantity, parse_quantity};
+/// Adds `r` to `into`, saturating every field at its range (never wrapping); true when a
+/// field saturated.
+fn add_resources(into: &mut pb::Resources, r: &pb::Resources) -> bool {
+    use crate::model::resources::{clamp_quantity, format_quantity, parse_quantity};
+    let mut saturated = false;
     into.gpus += r.gpus;
-    into.cpu_millis += r.cpu_millis;
-    into.memory_bytes += r.memory_bytes;
+    for (to, add) in [
+        (&mut into.cpu_millis, r.cpu_millis),
+        (&mut into.memory_bytes, r.memory_bytes),
+    ] {
+        *to = to.checked_add(add).unwrap_or_else(|| {
+            saturated = true;
+            if add < 0 { i64::MIN } else { i64::MAX }
+        });
+    }
     for (k, v) in &r.raw {
-        let sum = parse_quantity(v).unwrap_or(0)
-            + into.raw.get(k).and_then(|x| parse_quantity(x)).unwrap_or(0);
-        into.raw.insert(k.clone(), format_quantity(k, sum));
+        let sum = parse_quantity(v)
+            .unwrap_or(0)
+            .saturating_add(into.raw.get(k).and_then(|x| parse_quantity(x)).unwrap_or(0));
+        let kept = clamp_quantity(sum);
+        saturated |= kept != sum;
+        into.raw.insert(k.clone(), format_quantity(k, kept));
+    }
+    saturated
+}
+
+/// Adds `n` to a count, saturating at its maximum; true when it saturated.
+fn add_count(to: &mut u32, n: u32) -> bool {
+    match to.checked_add(n) {
+        Some(sum) => {
+            *to = sum;
+            false
+        }
+        None => {
+            *to = u32::MAX;
+            true
+        }
     }
 }
 
@@ -416,22 +444,29 @@ impl Board {
                     pods: Some(Default::default()),
                     workloads: 0,
                     cluster: row_cluster,
+                    saturated: false,
                 });
-            row.workloads += 1;
+            let mut saturated = add_count(&mut row.workloads, 1);
             let t = g.totals.clone().unwrap_or_default();
             if let Some(rt) = row.totals.as_mut() {
                 if let (Some(d), Some(x)) = (rt.desired.as_mut(), t.desired.as_ref()) {
-                    add_resources(d, x);
+                    saturated |= add_resources(d, x);
                 }
                 if let (Some(c), Some(x)) = (rt.current.as_mut(), t.current.as_ref()) {
-                    add_resources(c, x);
+                    saturated |= add_resources(c, x);
                 }
             }
             if let (Some(p), Some(x)) = (row.pods.as_mut(), g.pods.as_ref()) {
-                p.desired += x.desired;
-                p.current += x.current;
-                p.ready += x.ready;
+                saturated |= add_count(&mut p.desired, x.desired);
+                saturated |= add_count(&mut p.current, x.current);
+                saturated |= add_count(&mut p.ready, x.ready);
             }
+            // A graph that already holds a field's maximum makes its rows lower bounds too.
+            let out_of_range = g
+                .diagnostics
+                .iter()
+                .any(|d| d.code == crate::resolve::diagnostics::code::QUANTITY_OUT_OF_RANGE);
+            row.saturated |= saturated || out_of_range;
         }
         (rows.into_values().collect(), revision)
     }

@@ -112,7 +112,10 @@ fn same_accounting(a: &Pod, b: &Pod) -> bool {
 fn cut_short(graph: &pb::Workload) -> bool {
     use resolve::diagnostics::code;
     graph.diagnostics.iter().any(|d| {
-        d.code == code::DEADLINE || d.code == code::BUDGET_EXCEEDED || d.code == code::QUARANTINED
+        d.code == code::DEADLINE
+            || d.code == code::BUDGET_EXCEEDED
+            || d.code == code::QUARANTINED
+            || d.code == code::LIMIT_EXCEEDED
     })
 }
 

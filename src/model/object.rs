@@ -371,8 +371,8 @@ pub struct Pod {
     pub reason: Box<str>,
     /// Effective request of the pod, shared between pods with equal requests.
     pub request: Arc<Request>,
-    /// Resource quantities that could not be parsed.
-    pub bad_quantities: Box<[String]>,
+    /// Resource quantities that were not counted (unparseable, negative, out of range).
+    pub bad_quantities: Box<[resources::BadQuantity]>,
     /// Number of DRA resource claims.
     pub resource_claims: usize,
     /// Answers of evaluations on this pod (see [`crate::resolve`]).
@@ -500,7 +500,7 @@ struct PodFacts {
     ready: bool,
     reason: String,
     request: resources::Amounts,
-    bad_quantities: Vec<String>,
+    bad_quantities: Vec<resources::BadQuantity>,
     resource_claims: usize,
 }
 

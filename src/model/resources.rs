@@ -20,24 +20,38 @@ pub struct Amounts {
 }
 
 impl Amounts {
-    /// Adds `other` to `self`.
+    /// Adds `other` to `self` (saturating: a sum never wraps).
     pub fn add(&mut self, other: &Amounts) {
         for (name, v) in &other.raw {
-            *self.raw.entry(name.clone()).or_default() += v;
+            let sum = self.raw.entry(name.clone()).or_default();
+            *sum = sum.saturating_add(*v);
         }
         self.gpu_fraction += other.gpu_fraction;
     }
 
-    /// `self` multiplied by `n`.
+    /// `self` multiplied by `n` (saturating).
     pub fn times(&self, n: u32) -> Amounts {
         Amounts {
             raw: self
                 .raw
                 .iter()
-                .map(|(k, v)| (k.clone(), v * i128::from(n)))
+                .map(|(k, v)| (k.clone(), v.saturating_mul(i128::from(n))))
                 .collect(),
             gpu_fraction: self.gpu_fraction * f64::from(n),
         }
+    }
+
+    /// Whether every amount fits the graph's fields: CPU in `int64` milli-units, memory in
+    /// `int64` bytes, and every resource within [`MAX_QUANTITY_UNITS`] (beyond, the proto
+    /// form holds the field's maximum: see [`Amounts::to_proto`]).
+    pub fn fits(&self) -> bool {
+        let limit = MAX_QUANTITY_UNITS * 1000;
+        self.raw.values().all(|v| (0..=limit).contains(v))
+            && self
+                .raw
+                .get("cpu")
+                .is_none_or(|v| *v <= i128::from(i64::MAX))
+            && self.gpus().is_finite()
     }
 
     /// Whole-GPU equivalents.
@@ -49,7 +63,8 @@ impl Amounts {
             + self.gpu_fraction
     }
 
-    /// The proto form.
+    /// The proto form. A field whose amount exceeds its range holds its maximum (see
+    /// [`Amounts::fits`]); nothing wraps.
     pub fn to_proto(&self) -> pb::Resources {
         let milli = |name: &str| self.raw.get(name).copied().unwrap_or(0);
         pb::Resources {
@@ -60,12 +75,18 @@ impl Amounts {
                 .raw
                 .iter()
                 .filter(|(_, v)| **v != 0)
-                .map(|(k, v)| (k.to_string(), format_quantity(k, *v)))
+                .map(|(k, v)| (k.to_string(), format_quantity(k, clamp_quantity(*v))))
                 .collect(),
         }
     }
 }
 
+/// Saturates a quantity in milli-units at `[0, MAX_QUANTITY_UNITS]` units.
+pub fn clamp_quantity(milli: i128) -> i128 {
+    milli.clamp(0, MAX_QUANTITY_UNITS * 1000)
+}
+
+/// Saturates at the `int64` range (never wraps).
 fn clamp_i64(v: i128) -> i64 {
     v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
@@ -89,9 +110,77 @@ pub fn gpu_weight(name: &str) -> f64 {
     }
 }
 
+/// Largest quantity counted, in units: 2^63-1, the range of a Kubernetes quantity's integer
+/// value. A larger (or negative) request or limit is not counted and is reported.
+pub const MAX_QUANTITY_UNITS: i128 = i64::MAX as i128;
+
+/// Why a resource quantity was not counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// Not a Kubernetes quantity (`lots`, `1Zi`).
+    Unparseable,
+    /// Below zero: no pod can request less than nothing.
+    Negative,
+    /// Above [`MAX_QUANTITY_UNITS`], or not finite.
+    OutOfRange,
+}
+
+/// A quantity that was not counted: `name=value` (the value cut to a short excerpt) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadQuantity {
+    /// Why it was not counted.
+    pub fault: Fault,
+    /// `name=value`, bounded.
+    pub text: String,
+}
+
+/// Longest `name=value` kept for a quantity that was not counted.
+const BAD_QUANTITY_BYTES: usize = 128;
+
+impl BadQuantity {
+    fn new(fault: Fault, name: &str, value: &str) -> BadQuantity {
+        let text = format!("{name}={value}");
+        BadQuantity {
+            fault,
+            text: crate::excerpt::excerpt(&text, BAD_QUANTITY_BYTES).into_owned(),
+        }
+    }
+}
+
+/// A quantity's milli-units if it is counted: parseable, not negative, within
+/// [`MAX_QUANTITY_UNITS`].
+pub fn counted_quantity(text: &str) -> Result<i128, Fault> {
+    quantity_milli(text).map_or(Err(Fault::Unparseable), counted_milli)
+}
+
+/// A JSON number as a quantity (`2`, `0.5`): its milli-units if it is counted.
+fn counted_number(f: f64) -> Result<i128, Fault> {
+    counted_milli((f * 1000.0).ceil())
+}
+
+fn counted_milli(milli: f64) -> Result<i128, Fault> {
+    if milli.is_nan() {
+        Err(Fault::Unparseable)
+    } else if milli < 0.0 {
+        Err(Fault::Negative)
+    } else if milli > (MAX_QUANTITY_UNITS * 1000) as f64 {
+        Err(Fault::OutOfRange)
+    } else {
+        Ok(milli as i128)
+    }
+}
+
 /// Parses a Kubernetes quantity (`500m`, `2`, `1.5`, `16Gi`, `1e3`, `100k`) into milli-units,
-/// rounding up as Kubernetes does.
+/// rounding up as Kubernetes does. Negative and huge values parse (see [`counted_quantity`]
+/// for what is counted).
 pub fn parse_quantity(text: &str) -> Option<i128> {
+    quantity_milli(text)
+        .filter(|milli| milli.is_finite() && milli.abs() < 1e36)
+        .map(|milli| milli as i128)
+}
+
+/// A quantity's value in milli-units, rounded up (infinite when it overflows a double).
+fn quantity_milli(text: &str) -> Option<f64> {
     let s = text.trim();
     if s.is_empty() {
         return None;
@@ -126,7 +215,7 @@ pub fn parse_quantity(text: &str) -> Option<i128> {
     };
     let value: f64 = mantissa.parse().ok()?;
     let milli = (value * multiplier * 1000.0).ceil();
-    (milli.is_finite() && milli.abs() < 1e36).then_some(milli as i128)
+    (!milli.is_nan()).then_some(milli)
 }
 
 /// Renders milli-units as a quantity: binary suffixes for memory-like names when exact,
@@ -155,21 +244,29 @@ pub fn format_quantity(name: &str, milli: i128) -> String {
     units.to_string()
 }
 
-/// A resource list (`requests` or `limits`) as milli-units; bad quantities are reported.
-fn resource_list<'a>(list: Option<impl Doc<'a>>, bad: &mut Vec<String>) -> BTreeMap<Name, i128> {
+/// A resource list (`requests` or `limits`) as milli-units; quantities that are not counted
+/// (unparseable, negative, out of range) are reported in `bad`.
+fn resource_list<'a>(
+    list: Option<impl Doc<'a>>,
+    bad: &mut Vec<BadQuantity>,
+) -> BTreeMap<Name, i128> {
     let mut out = BTreeMap::new();
     for (name, quantity) in list.into_iter().flat_map(Doc::entries) {
         let name: Name = String::from_utf8_lossy(name).into();
         let parsed = if quantity.is_number() {
-            quantity.as_f64().map(|f| (f * 1000.0).ceil() as i128)
+            quantity
+                .as_f64()
+                .map_or(Err(Fault::Unparseable), counted_number)
         } else {
-            quantity.as_str().and_then(parse_quantity)
+            quantity
+                .as_str()
+                .map_or(Err(Fault::Unparseable), counted_quantity)
         };
         match parsed {
-            Some(v) => {
+            Ok(v) => {
                 out.insert(name, v);
             }
-            None => bad.push(format!("{name}={}", quantity.to_text())),
+            Err(fault) => bad.push(BadQuantity::new(fault, &name, &quantity.to_text())),
         }
     }
     out
@@ -179,7 +276,7 @@ fn resource_list<'a>(list: Option<impl Doc<'a>>, bad: &mut Vec<String>) -> BTree
 /// falling back to `limits` (the API server defaults requests from limits).
 fn requirements<'a>(
     resources: Option<impl Doc<'a>>,
-    bad: &mut Vec<String>,
+    bad: &mut Vec<BadQuantity>,
 ) -> BTreeMap<Name, i128> {
     let Some(resources) = resources else {
         return BTreeMap::new();
@@ -193,7 +290,8 @@ fn requirements<'a>(
 
 fn add_into(sum: &mut BTreeMap<Name, i128>, other: &BTreeMap<Name, i128>) {
     for (k, v) in other {
-        *sum.entry(k.clone()).or_default() += v;
+        let at = sum.entry(k.clone()).or_default();
+        *at = at.saturating_add(*v);
     }
 }
 
@@ -209,7 +307,10 @@ fn max_into(max: &mut BTreeMap<Name, i128>, other: &BTreeMap<Name, i128>) {
 /// other init containers as a per-resource maximum (together with the sidecars started
 /// before them); pod-level `resources` replace CPU and memory; `overhead` added.
 /// Unparseable quantities are skipped and returned in `bad`.
-pub fn pod_spec_request<'a>(spec: impl Doc<'a>, bad: &mut Vec<String>) -> BTreeMap<Name, i128> {
+pub fn pod_spec_request<'a>(
+    spec: impl Doc<'a>,
+    bad: &mut Vec<BadQuantity>,
+) -> BTreeMap<Name, i128> {
     let mut sum = BTreeMap::new();
     for c in spec.get("containers").into_iter().flat_map(Doc::items) {
         add_into(&mut sum, &requirements(c.get("resources"), bad));
@@ -246,7 +347,7 @@ pub fn fragmented_request(
     resources: Option<&Val>,
     containers: &[Val],
     container: Option<&Val>,
-    bad: &mut Vec<String>,
+    bad: &mut Vec<BadQuantity>,
 ) -> BTreeMap<Name, i128> {
     let mut sum = BTreeMap::new();
     for c in containers.iter().chain(container) {
@@ -275,7 +376,7 @@ pub fn gpu_fraction<'a>(annotations: Option<impl Doc<'a>>) -> f64 {
 
 /// Amounts of a pod-shaped object (a Pod or a PodTemplateSpec: `metadata` + `spec`), read
 /// unpacked or in place from the packed bytes.
-pub fn pod_amounts<'a, D: Doc<'a>>(pod: D, bad: &mut Vec<String>) -> Amounts {
+pub fn pod_amounts<'a, D: Doc<'a>>(pod: D, bad: &mut Vec<BadQuantity>) -> Amounts {
     let raw = match pod.get("spec") {
         Some(spec) => pod_spec_request(spec, bad),
         None => pod_spec_request(&Val::Null, bad),

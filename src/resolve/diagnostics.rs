@@ -39,6 +39,14 @@ pub mod code {
     pub const DRA_CLAIMS: &str = "dra_claims";
     /// A resource quantity could not be parsed.
     pub const BAD_QUANTITY: &str = "bad_quantity";
+    /// A resource quantity is negative: not counted.
+    pub const NEGATIVE_QUANTITY: &str = "negative_quantity";
+    /// A quantity or count is beyond what it may be (a request above 2^63-1 units: not
+    /// counted; a sum beyond its field's range: the field holds its maximum).
+    pub const QUANTITY_OUT_OF_RANGE: &str = "quantity_out_of_range";
+    /// A limit on the native work of one resolution cut the graph short (more instance or
+    /// replica slots than allowed, its work budget): the graph is partial.
+    pub const LIMIT_EXCEEDED: &str = "limit_exceeded";
     /// The definition of another version of the kind was used.
     pub const DEFINITION_FALLBACK: &str = "definition_fallback";
     /// A source's note about an object of the workload (e.g. defined in two files).
@@ -49,22 +57,43 @@ pub mod code {
     pub const GANG_NO_MEMBER: &str = "gang_no_member";
 }
 
-/// Diagnostics of one resolution, each reported once.
+/// Most diagnostics of one code kept on one graph; the others are counted, and one more
+/// diagnostic of that code says how many were not shown. (A workload of 100,000 pods that no
+/// component claims has 32 `unattributed_pod` diagnostics and a count, not 100,000.)
+pub const MAX_PER_CODE: usize = 32;
+
+/// Diagnostics of one resolution, each reported once, at most [`MAX_PER_CODE`] per code.
 #[derive(Default, Debug)]
 pub struct Diagnostics {
     items: Vec<Diagnostic>,
+    /// Per code: the positions of its kept diagnostics and how many more were not kept.
+    codes: Vec<(String, Vec<usize>, usize)>,
 }
 
 impl Diagnostics {
     /// Adds a diagnostic unless an identical one exists; message, component and expression
-    /// are cut to [`TEXT_BYTES`].
+    /// are cut to [`TEXT_BYTES`]. Past [`MAX_PER_CODE`] of its code it is only counted.
     pub fn push_diagnostic(&mut self, mut d: Diagnostic) {
         crate::excerpt::bound(&mut d.message, TEXT_BYTES);
         crate::excerpt::bound(&mut d.component, TEXT_BYTES);
         crate::excerpt::bound(&mut d.expression, TEXT_BYTES);
-        if !self.items.contains(&d) {
-            self.items.push(d);
+        let at = match self.codes.iter().position(|(c, _, _)| *c == d.code) {
+            Some(at) => at,
+            None => {
+                self.codes.push((d.code.clone(), Vec::new(), 0));
+                self.codes.len() - 1
+            }
+        };
+        let (_, kept, more) = &mut self.codes[at];
+        if kept.iter().any(|&i| self.items[i] == d) {
+            return;
         }
+        if kept.len() >= MAX_PER_CODE {
+            *more += 1;
+            return;
+        }
+        kept.push(self.items.len());
+        self.items.push(d);
     }
 
     /// Adds a diagnostic about the definition field at YAML path `path` (a path that should
@@ -115,8 +144,29 @@ impl Diagnostics {
         self.items.iter().any(|d| d.code == code)
     }
 
-    /// The diagnostics, in the order they were found.
-    pub fn into_vec(self) -> Vec<Diagnostic> {
+    /// The diagnostics, in the order they were found; then, for each code that had more
+    /// than [`MAX_PER_CODE`], one saying how many more there were.
+    pub fn into_vec(mut self) -> Vec<Diagnostic> {
+        for (code, kept, more) in &self.codes {
+            if *more == 0 {
+                continue;
+            }
+            let severity = kept
+                .last()
+                .map_or(WARNING, |&i| self.items[i].severity.as_str())
+                .to_owned();
+            self.items.push(Diagnostic {
+                severity,
+                code: code.clone(),
+                message: format!(
+                    "{more} more `{code}` diagnostic(s) not shown (at most {MAX_PER_CODE} per \
+                     code)"
+                ),
+                component: String::new(),
+                expression: String::new(),
+                path: String::new(),
+            });
+        }
         self.items
     }
 }
@@ -124,6 +174,34 @@ impl Diagnostics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_code_keeps_a_bounded_number_and_counts_the_rest() {
+        let mut d = Diagnostics::default();
+        for i in 0..10_000 {
+            d.push(WARNING, code::UNATTRIBUTED_POD, format!("pod p{i}"), "", "");
+            // Duplicates are neither kept twice nor counted.
+            d.push(WARNING, code::UNATTRIBUTED_POD, "pod p0", "", "");
+        }
+        d.push(ERROR, code::DEADLINE, "late", "", "");
+        let items = d.into_vec();
+        let unattributed: Vec<_> = items
+            .iter()
+            .filter(|x| x.code == code::UNATTRIBUTED_POD)
+            .collect();
+        assert_eq!(unattributed.len(), MAX_PER_CODE + 1);
+        assert_eq!(
+            unattributed.last().map(|x| x.message.as_str()),
+            Some(
+                format!(
+                    "{} more `unattributed_pod` diagnostic(s) not shown (at most 32 per code)",
+                    10_000 - MAX_PER_CODE
+                )
+                .as_str()
+            )
+        );
+        assert!(items.iter().any(|x| x.code == code::DEADLINE));
+    }
 
     #[test]
     fn long_texts_are_cut_with_their_length() {

@@ -262,13 +262,7 @@ impl Resolver<'_> {
             }
         };
         if !bad.is_empty() {
-            self.diags.push(
-                WARNING,
-                code::BAD_QUANTITY,
-                format!("unparseable quantities ignored: {}", bad.join(", ")),
-                name,
-                "",
-            );
+            self.report_quantities("", &bad, name);
         }
         if claims > 0 {
             self.diags.push(

@@ -32,6 +32,13 @@ pub(super) fn reads_pod(expr: &Compiled) -> bool {
 impl Resolver<'_> {
     /// Computes the gang groups and records each pod's group.
     pub(super) fn gangs(&mut self) -> pb::Gang {
+        let mut by_component = vec![Vec::new(); self.def.components.len()];
+        for (s, slot) in self.slots.iter().enumerate() {
+            if let Some(list) = by_component.get_mut(slot.component) {
+                list.push(s);
+            }
+        }
+        self.slots_by_component = by_component;
         let groups = match &self.def.gang {
             None => Vec::new(),
             Some(GangPlan::PodGroup(plan)) => vec![self.gang_v2(plan)],
@@ -68,10 +75,20 @@ impl Resolver<'_> {
         names
     }
 
-    fn component_slots(&self, component: usize) -> Vec<usize> {
-        (0..self.slots.len())
-            .filter(|&s| self.slots[s].component == component)
-            .collect()
+    /// The slots of a component, in build order (indexed once per resolution).
+    fn component_slots(&self, component: usize) -> &[usize] {
+        self.slots_by_component
+            .get(component)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Sums gang minimums, saturating (noted once) instead of wrapping.
+    fn sum_min(&mut self, mins: impl IntoIterator<Item = u32>) -> u32 {
+        let total: u64 = mins.into_iter().map(u64::from).sum();
+        u32::try_from(total).unwrap_or_else(|_| {
+            self.counts_saturated();
+            u32::MAX
+        })
     }
 
     /// Evaluates a `minMemberPath`; `None` (with a diagnostic) when it yields no whole number.
@@ -167,7 +184,7 @@ impl Resolver<'_> {
         let mut subgroups = Vec::new();
         let mut member_slots: BTreeSet<usize> = BTreeSet::new();
         for &c in &plan.subgroups {
-            let slots = self.component_slots(c);
+            let slots = self.component_slots(c).to_vec();
             member_slots.extend(slots.iter().copied());
             let name = self.def.components[c].name.clone();
             let leaves: Vec<pb::GangGroup> = slots
@@ -189,7 +206,7 @@ impl Resolver<'_> {
                 }
                 Err(leaves) => pb::GangGroup {
                     name: name.clone(),
-                    min_member: leaves.iter().map(|l| l.min_member).sum(),
+                    min_member: self.sum_min(leaves.iter().map(|l| l.min_member)),
                     min_subgroups: leaves.len() as u32,
                     component: name,
                     pods: leaves.iter().flat_map(|l| l.pods.iter().cloned()).collect(),
@@ -210,14 +227,15 @@ impl Resolver<'_> {
                     || self.pod_slots[i].iter().any(|s| member_slots.contains(s))
             })
             .collect();
-        let computed = if subgroups.is_empty() {
+        let mins: Vec<u32> = if subgroups.is_empty() {
             self.component_slots(0)
                 .iter()
                 .map(|&s| self.slots[s].min)
-                .sum()
+                .collect()
         } else {
-            subgroups.iter().map(|g| g.min_member).sum()
+            subgroups.iter().map(|g| g.min_member).collect()
         };
+        let computed = self.sum_min(mins);
         let min_member = match &plan.min_member {
             Some(expr) => self
                 .min_member_override(expr, &[], members.first().copied())
@@ -329,15 +347,16 @@ impl Resolver<'_> {
         let mut out = Vec::new();
         for ((g, keys), (members, scoped_slots)) in gangs {
             let plan = &plans[g];
-            let mut computed: u32 = 0;
+            let mut mins: Vec<u32> = Vec::new();
             let mut seen_components = BTreeSet::new();
             for member in &plan.members {
                 let slots = self.component_slots(member.component);
                 if slots.len() <= 1 && seen_components.insert(member.component) {
-                    computed += slots.iter().map(|&s| self.slots[s].min).sum::<u32>();
+                    mins.extend(slots.iter().map(|&s| self.slots[s].min));
                 }
             }
-            computed += scoped_slots.iter().map(|&s| self.slots[s].min).sum::<u32>();
+            mins.extend(scoped_slots.iter().map(|&s| self.slots[s].min));
+            let computed = self.sum_min(mins);
             let min_member = match &plan.min_member {
                 Some(expr) => self
                     .min_member_override(expr, &keys, members.first().copied())

@@ -17,7 +17,7 @@ mod tree;
 use crate::definition::Definition;
 use crate::definition::plan::{Compiled, GangPlan};
 
-use crate::model::resources::Amounts;
+use crate::model::resources::{Amounts, BadQuantity, Fault};
 use crate::model::{Object, Pod};
 use crate::proto::v1 as pb;
 use diagnostics::{Diagnostics, ERROR, INFO, WARNING, code};
@@ -163,11 +163,15 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
         ready: 0,
     };
     if let Some(root) = root_component.as_ref() {
-        pods.desired = root
+        let desired = root
             .instances
             .iter()
-            .map(|i| i.pods.unwrap_or_default().desired)
-            .sum();
+            .map(|i| u64::from(i.pods.unwrap_or_default().desired))
+            .sum::<u64>();
+        pods.desired = u32::try_from(desired).unwrap_or_else(|_| {
+            r.counts_saturated();
+            u32::MAX
+        });
     }
     let desired = std::mem::take(&mut r.root_desired);
     let mut current = Amounts::default();
@@ -199,6 +203,23 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
             );
         }
         placements.insert(pod.meta.identity(), placement);
+    }
+
+    let per_pod_fits = prepared
+        .specs
+        .iter()
+        .flatten()
+        .all(|spec| spec.per_pod.fits());
+    if !(desired.fits() && current.fits() && per_pod_fits) {
+        r.diags.push(
+            WARNING,
+            code::QUANTITY_OUT_OF_RANGE,
+            "a resource total exceeds the range of the graph's fields (CPU in int64 \
+             milli-units, memory in int64 bytes, any resource 2^63-1 units); such fields \
+             hold their maximum",
+            "",
+            "",
+        );
     }
 
     let def = input.definition;
@@ -372,6 +393,48 @@ struct Slot {
     current_amounts: Amounts,
 }
 
+/// Most instance and replica slots one resolution builds, whatever the workload asks for
+/// (and fewer when the evaluation memory budget is smaller: one slot and what is rendered
+/// of it take about [`SLOT_BYTES`]). A workload that needs more resolves partially, with a
+/// `limit_exceeded` diagnostic.
+pub const MAX_SLOTS: usize = 8192;
+
+/// What one slot costs, rendered (the instance, its totals, its gang group), in bytes: the
+/// evaluation memory budget divided by this bounds the slots of one resolution.
+pub const SLOT_BYTES: u64 = 8 * 1024;
+
+/// How often (in slots) the tree walk reads the clock for the deadline.
+const CLOCK_EVERY: u32 = 64;
+
+/// The native work one resolution may still do after its expressions ran: slots it may
+/// build, and work units (a slot and each pod it considers cost one each) from the
+/// evaluation work budget.
+#[derive(Debug)]
+struct Native {
+    /// The slots one resolution may build.
+    limit: usize,
+    slots_left: usize,
+    work_left: u64,
+    since_clock: u32,
+    /// Set once a limit refused a slot (every later one is refused too).
+    cut: bool,
+}
+
+impl Native {
+    fn new() -> Native {
+        let budget = crate::expr::budget::configured();
+        let by_memory = usize::try_from(budget.memory / SLOT_BYTES).unwrap_or(usize::MAX);
+        let limit = MAX_SLOTS.min(by_memory).max(1);
+        Native {
+            limit,
+            slots_left: limit,
+            work_left: budget.work,
+            since_clock: 0,
+            cut: false,
+        }
+    }
+}
+
 /// Mutable state of one resolution.
 struct Resolver<'a> {
     def: &'a Definition,
@@ -398,6 +461,10 @@ struct Resolver<'a> {
     prepared: Option<&'a Prepared>,
     /// Pods unpacked during this resolution (only those with an unanswered question).
     values: Vec<Option<Val>>,
+    /// What native work (slots) this resolution may still do.
+    native: Native,
+    /// The slots of each component (filled when gangs are computed).
+    slots_by_component: Vec<Vec<usize>>,
 }
 
 impl<'a> Resolver<'a> {
@@ -419,6 +486,130 @@ impl<'a> Resolver<'a> {
             owner: (input.generation, input.definition.id()),
             values: vec![None; n],
             prepared: input.prepared,
+            native: Native::new(),
+            slots_by_component: Vec::new(),
+        }
+    }
+
+    /// Whether one more slot, considering `pods` pods, may be built: false (with a
+    /// diagnostic, once) when the slot limit, the work budget or the deadline says stop.
+    fn room_for_slot(&mut self, pods: usize) -> bool {
+        if self.native.cut {
+            return false;
+        }
+        let cost = 1 + pods as u64;
+        let why = if self.native.slots_left == 0 {
+            Some(format!(
+                "the workload needs more than {} instance and replica slots (the most one \
+                 resolution builds); the graph is partial: later slots, their pods and \
+                 gangs are missing",
+                self.slots.len()
+            ))
+        } else if self.native.work_left < cost {
+            Some(format!(
+                "building the component tree exceeded the work budget ({} units: slots \
+                 and the pods each considers); the graph is partial",
+                crate::expr::budget::configured().work
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            self.native.cut = true;
+            self.diags.push(ERROR, code::LIMIT_EXCEEDED, why, "", "");
+            return false;
+        }
+        self.native.since_clock += 1;
+        if self.native.since_clock >= CLOCK_EVERY {
+            self.native.since_clock = 0;
+            if self.deadline.is_some_and(|d| Instant::now() > d) {
+                self.native.cut = true;
+                self.expired = true;
+                self.diags.push(
+                    ERROR,
+                    code::DEADLINE,
+                    "the resolve deadline passed while the component tree was built; the \
+                     graph is partial",
+                    "",
+                    "",
+                );
+                return false;
+            }
+        }
+        self.native.slots_left -= 1;
+        self.native.work_left -= cost;
+        true
+    }
+
+    /// Notes that desired replicas of `component` were cut to the slots there is room for.
+    fn slots_cut(&mut self, component: &str, wanted: usize, room: usize) {
+        self.diags.push(
+            ERROR,
+            code::LIMIT_EXCEEDED,
+            format!(
+                "{wanted} desired replicas, but room for {room} instance and replica slots \
+                 (at most {} per resolution, with what each holds below it); the graph \
+                 shows the first {room}, and desired counts and totals still count all",
+                self.native.limit
+            ),
+            component,
+            "",
+        );
+    }
+
+    /// Notes (once) that a pod count reached its field's maximum and stays there.
+    fn counts_saturated(&mut self) {
+        self.diags.push(
+            WARNING,
+            code::QUANTITY_OUT_OF_RANGE,
+            format!(
+                "a pod count exceeds {}, the most the graph can hold; it holds that maximum",
+                u32::MAX
+            ),
+            "",
+            "",
+        );
+    }
+
+    /// One diagnostic per kind of fault among quantities that were not counted (`what`, when
+    /// not empty, says whose they are).
+    fn report_quantities(&mut self, what: &str, bad: &[BadQuantity], component: &str) {
+        for (fault, code, why) in [
+            (
+                Fault::Unparseable,
+                code::BAD_QUANTITY,
+                "unparseable quantities ignored",
+            ),
+            (
+                Fault::Negative,
+                code::NEGATIVE_QUANTITY,
+                "negative quantities not counted",
+            ),
+            (
+                Fault::OutOfRange,
+                code::QUANTITY_OUT_OF_RANGE,
+                "quantities above 2^63-1 units not counted",
+            ),
+        ] {
+            let texts: Vec<&str> = bad
+                .iter()
+                .filter(|b| b.fault == fault)
+                .map(|b| b.text.as_str())
+                .collect();
+            if !texts.is_empty() {
+                let prefix = if what.is_empty() {
+                    String::new()
+                } else {
+                    format!("{what}: ")
+                };
+                self.diags.push(
+                    WARNING,
+                    code,
+                    format!("{prefix}{why}: {}", texts.join(", ")),
+                    component,
+                    "",
+                );
+            }
         }
     }
 
@@ -433,17 +624,8 @@ impl<'a> Resolver<'a> {
             );
         }
         if !pod.bad_quantities.is_empty() {
-            self.diags.push(
-                WARNING,
-                code::BAD_QUANTITY,
-                format!(
-                    "pod {}: unparseable quantities ignored: {}",
-                    pod.meta.name,
-                    pod.bad_quantities.join(", ")
-                ),
-                "",
-                "",
-            );
+            let what = format!("pod {}", pod.meta.name);
+            self.report_quantities(&what, &pod.bad_quantities, "");
         }
         if pod.resource_claims > 0 {
             self.diags.push(

@@ -24,6 +24,15 @@ struct PodFacts {
     replica: Option<String>,
 }
 
+/// Where a component's slots are made: under parent slot `ordinal` of `places`, with room
+/// for `room` more slots of it (each with what it brings below it).
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    places: u32,
+    ordinal: u32,
+    room: usize,
+}
+
 /// Per-resolution caches of the tree walk.
 struct Tree<'s> {
     specs: &'s [Vec<InstanceSpec>],
@@ -112,6 +121,18 @@ impl Resolver<'_> {
         };
         let all_pods: Vec<usize> = (0..self.pods.len()).collect();
         let mut slots_of: Vec<Vec<usize>> = vec![Vec::new(); n];
+        // The slots one slot of each component brings with it (itself and one per instance
+        // of every component below it), so that desired replicas are cut to what fits
+        // together with what they hold, not to the first level alone.
+        let mut weight = vec![1usize; n];
+        for c in (0..n).rev() {
+            for &child in &def.components[c].children {
+                if child > c && child < n {
+                    let below = specs.get(child).map_or(1, Vec::len).max(1);
+                    weight[c] = weight[c].saturating_add(below.saturating_mul(weight[child]));
+                }
+            }
+        }
 
         // Pass 1: slots and claims.
         for c in 0..n {
@@ -128,9 +149,16 @@ impl Resolver<'_> {
                     None => all_pods.clone(),
                 };
                 for k in 0..tree.specs[c].len() {
-                    for (key, pods) in
-                        self.slot_keys(&tree, c, k, &scope, &facts, places, ordinal as u32)
-                    {
+                    let room = self.native.slots_left / weight[c];
+                    let place = Place {
+                        places,
+                        ordinal: ordinal as u32,
+                        room,
+                    };
+                    for (key, pods) in self.slot_keys(&tree, c, k, &scope, &facts, place) {
+                        if !self.room_for_slot(pods.len()) {
+                            break;
+                        }
                         let id =
                             self.new_slot(c, k, &tree.specs[c][k].id, key, parent, pods, &facts);
                         slots_of[c].push(id);
@@ -160,10 +188,18 @@ impl Resolver<'_> {
                 }
             }
         }
+        // Counts saturate at their field's maximum (noted once as a diagnostic), never wrap.
+        let mut over = false;
+        let mut add = |to: &mut u32, n: u32| {
+            *to = to.checked_add(n).unwrap_or_else(|| {
+                over = true;
+                u32::MAX
+            });
+        };
         for s in (0..self.slots.len()).rev() {
             let slot = &mut self.slots[s];
-            slot.desired += slot.own_desired;
-            slot.min += slot.own_min;
+            add(&mut slot.desired, slot.own_desired);
+            add(&mut slot.min, slot.own_min);
             let own = std::mem::take(&mut slot.own);
             for &p in &own {
                 let pod = self.pods[p];
@@ -185,13 +221,16 @@ impl Resolver<'_> {
                     (slot.desired_amounts.clone(), slot.current_amounts.clone())
                 };
                 let up = &mut self.slots[parent];
-                up.desired += d;
-                up.min += m;
-                up.current += cur;
-                up.ready += rdy;
+                add(&mut up.desired, d);
+                add(&mut up.min, m);
+                add(&mut up.current, cur);
+                add(&mut up.ready, rdy);
                 up.desired_amounts.add(&da);
                 up.current_amounts.add(&ca);
             }
+        }
+        if over {
+            self.counts_saturated();
         }
         for &s in &slots_of[0] {
             let slot = &self.slots[s];
@@ -207,17 +246,16 @@ impl Resolver<'_> {
     }
 
     /// The replica keys of instance `k` of component `c` under one parent slot, each with
-    /// the pods of `scope` that fall into it.
-    #[allow(clippy::too_many_arguments)]
+    /// the pods of `scope` that fall into it. Desired replicas that have no pods yet are cut
+    /// to the room `place` leaves (with a `limit_exceeded` diagnostic).
     fn slot_keys(
-        &self,
+        &mut self,
         tree: &Tree<'_>,
         c: usize,
         k: usize,
         scope: &[usize],
         facts: &[PodFacts],
-        places: u32,
-        ordinal: u32,
+        place: Place,
     ) -> Vec<(String, Vec<usize>)> {
         let comp = &self.def.components[c];
         let inst = &tree.specs[c][k];
@@ -237,8 +275,16 @@ impl Resolver<'_> {
             .filter_map(|&p| facts[p].replica.clone())
             .collect();
         if !comp.pod_bearing() {
-            for r in 0..share(inst.desired, places, ordinal) {
+            // Desired replicas without pods yet: as many as the slot limit leaves room for,
+            // together with the slots each brings below it.
+            let wanted = share(inst.desired, place.places, place.ordinal) as usize;
+            let room = place.room.saturating_sub(keys.len());
+            for r in 0..wanted.min(room) {
                 keys.insert(r.to_string());
+            }
+            if wanted > room {
+                let name = comp.name.clone();
+                self.slots_cut(&name, wanted, room);
             }
         }
         let keyless: Vec<usize> = inst_pods

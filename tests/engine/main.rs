@@ -4,6 +4,7 @@
 #[path = "../common/process.rs"]
 mod process;
 
+mod bounds;
 mod budget;
 mod budget_holes;
 mod catalog;

@@ -1,0 +1,170 @@
+//! Numbers an object controls never make resolution do unbounded native work nor make a sum
+//! wrap (issue 27): replica slots are limited and the cut is reported; quantities that are
+//! negative or out of range are not counted and are reported; sums saturate, never wrap.
+
+use crate::common::*;
+use kartograf::expr::Limits;
+use kartograf::proto::v1 as pb;
+use kartograf::resolve::{MAX_SLOTS, Resolution};
+use kartograf::source::offline::Snapshot;
+use std::time::{Duration, Instant};
+
+/// Resolves the only root workload of `text` with the embedded catalog.
+fn resolve_text(text: &str) -> Resolution {
+    let path = temp_file("workload.yaml", text);
+    let snapshot = Snapshot::load(&[path], Limits::default()).expect("loads");
+    let root = snapshot.select(catalog(), None, None).expect("a root");
+    snapshot
+        .resolve(
+            catalog(),
+            &root,
+            Some(Instant::now() + Duration::from_secs(30)),
+        )
+        .expect("resolves")
+}
+
+/// The demo LeaderWorkerSet (replicas 2, size 2, 8 GPUs a pod), with `replicas` instead.
+fn lws(replicas: &str) -> String {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/cluster/leaderworkerset.yaml"),
+    )
+    .expect("demo LWS");
+    let root = text.split("\n---\n").nth(1).expect("the LWS document");
+    root.replacen(
+        "\n  replicas: 2\n",
+        &format!("\n  replicas: {replicas}\n"),
+        1,
+    )
+}
+
+fn count_instances(c: &pb::Component) -> usize {
+    c.instances
+        .iter()
+        .map(|i| 1 + i.children.iter().map(count_instances).sum::<usize>())
+        .sum()
+}
+
+fn gang_groups(g: &pb::GangGroup) -> usize {
+    1 + g.subgroups.iter().map(gang_groups).sum::<usize>()
+}
+
+fn diagnostic<'a>(w: &'a pb::Workload, code: &str) -> Option<&'a pb::Diagnostic> {
+    w.diagnostics.iter().find(|d| d.code == code)
+}
+
+#[test]
+fn a_replica_count_of_int32_max_resolves_partially_within_the_slot_limit() {
+    let w = resolve_text(&lws("2147483647")).workload;
+    let d = diagnostic(&w, "limit_exceeded").expect("the cut is reported");
+    assert_eq!(d.severity, "error");
+    assert!(d.message.contains("slots"), "{}", d.message);
+    let instances: usize = w.components.iter().map(count_instances).sum();
+    assert!(
+        (MAX_SLOTS / 2..=MAX_SLOTS).contains(&instances),
+        "{instances} instances"
+    );
+    let groups: usize = w
+        .gang
+        .as_ref()
+        .map_or(0, |g| g.groups.iter().map(gang_groups).sum());
+    assert!(groups <= MAX_SLOTS + 1, "{groups} gang groups");
+    // What the spec asks for is still counted whole: 2^31-1 groups of two pods, 8 GPUs each.
+    let pods = w.pods.unwrap_or_default();
+    assert_eq!(pods.desired, 2 * 2_147_483_647);
+    let desired = w.totals.clone().and_then(|t| t.desired).unwrap_or_default();
+    assert_eq!(desired.gpus, 16.0 * 2_147_483_647.0);
+}
+
+#[test]
+fn a_replica_count_under_the_limit_is_not_cut() {
+    let w = resolve_text(&lws("1000")).workload;
+    assert!(
+        diagnostic(&w, "limit_exceeded").is_none(),
+        "{:?}",
+        w.diagnostics
+    );
+    assert_eq!(w.pods.unwrap_or_default().desired, 2000);
+}
+
+#[test]
+fn a_cut_workload_resolves_offline_within_bounded_memory() {
+    let path = temp_file("lws.yaml", &lws("1000000"));
+    let path = path.to_str().expect("utf-8 path");
+    let out = kartograf(&["resolve", "-f", path, "-o", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let codes: Vec<&str> = v["workload"]["diagnostics"]
+        .as_array()
+        .map(|d| d.iter().filter_map(|d| d["code"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(codes.contains(&"limit_exceeded"), "{codes:?}");
+}
+
+/// A Job whose one container requests `gpus` GPUs and `cpu` CPU, with `pods` running pods.
+fn job(gpus: &str, cpu: &str, parallelism: u64) -> String {
+    format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j, namespace: ml, uid: job-1}}\n\
+         spec:\n  parallelism: {parallelism}\n  completions: {parallelism}\n  template:\n    \
+         spec:\n      containers:\n      - name: c\n        image: x\n        resources:\n          \
+         requests: {{nvidia.com/gpu: '{gpus}', cpu: '{cpu}'}}\n"
+    )
+}
+
+#[test]
+fn negative_quantities_are_not_counted_and_are_reported() {
+    let w = resolve_text(&job("-1000", "-5", 2)).workload;
+    let d = diagnostic(&w, "negative_quantity").expect("reported");
+    assert!(d.message.contains("nvidia.com/gpu=-1000"), "{}", d.message);
+    assert!(d.message.contains("cpu=-5"), "{}", d.message);
+    let desired = w.totals.clone().and_then(|t| t.desired).unwrap_or_default();
+    assert_eq!(desired.gpus, 0.0);
+    assert_eq!(desired.cpu_millis, 0);
+    assert!(desired.raw.is_empty(), "{:?}", desired.raw);
+}
+
+#[test]
+fn quantities_beyond_int64_units_are_not_counted_and_are_reported() {
+    for huge in ["1e40", "99999999999999999999", "9Ei0", "1e400"] {
+        let w = resolve_text(&job(huge, "1", 1)).workload;
+        let desired = w.totals.clone().and_then(|t| t.desired).unwrap_or_default();
+        if huge == "9Ei0" {
+            // Not a quantity at all.
+            assert!(diagnostic(&w, "bad_quantity").is_some(), "{huge}");
+        } else {
+            let d = diagnostic(&w, "quantity_out_of_range").expect("reported");
+            assert!(
+                d.message.contains("nvidia.com/gpu="),
+                "{huge}: {}",
+                d.message
+            );
+        }
+        assert_eq!(desired.gpus, 0.0, "{huge}");
+        assert_eq!(desired.cpu_millis, 1000, "{huge}");
+    }
+}
+
+#[test]
+fn sums_beyond_a_field_saturate_with_a_diagnostic() {
+    // 9e15 CPUs is a valid quantity (under 2^63-1 units), but 9e18 milli-CPUs times 4 pods
+    // exceeds int64: the field holds its maximum and the graph says so.
+    let w = resolve_text(&job("1", "9e15", 4)).workload;
+    let desired = w.totals.clone().and_then(|t| t.desired).unwrap_or_default();
+    assert_eq!(desired.cpu_millis, i64::MAX);
+    assert_eq!(desired.gpus, 4.0);
+    assert!(
+        diagnostic(&w, "quantity_out_of_range").is_some(),
+        "{:?}",
+        w.diagnostics
+    );
+    // Within range, nothing is said.
+    let w = resolve_text(&job("1", "9e12", 4)).workload;
+    let desired = w.totals.clone().and_then(|t| t.desired).unwrap_or_default();
+    assert_eq!(desired.cpu_millis, 36_000_000_000_000_000);
+    assert!(diagnostic(&w, "quantity_out_of_range").is_none());
+}
