@@ -541,15 +541,16 @@ impl<'a> Resolver<'a> {
         true
     }
 
-    /// Notes that desired replicas of `component` were cut to the slots there is room for.
+    /// Notes that the replicas of `component` were cut to the slots there is room for.
     fn slots_cut(&mut self, component: &str, wanted: usize, room: usize) {
         self.diags.push(
             ERROR,
             code::LIMIT_EXCEEDED,
             format!(
-                "{wanted} desired replicas, but room for {room} instance and replica slots \
-                 (at most {} per resolution, with what each holds below it); the graph \
-                 shows the first {room}, and desired counts and totals still count all",
+                "{wanted} replicas, but room for {room} replica slots (at most {} slots per \
+                 resolution, with what each holds below it); the graph shows the first \
+                 {room}: desired counts and totals still count every desired replica, pods \
+                 of the others are unattributed",
                 self.native.limit
             ),
             component,

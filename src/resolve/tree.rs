@@ -14,7 +14,7 @@ use crate::expr::value::to_text;
 use crate::model::Pod;
 use crate::proto::v1 as pb;
 use jaq_json::Val;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What one component's pod selectors say about one pod.
 #[derive(Debug, Clone, Default)]
@@ -270,36 +270,38 @@ impl Resolver<'_> {
         if comp.replica_selector.is_none() {
             return vec![(String::new(), inst_pods)];
         }
-        let mut keys: BTreeSet<String> = inst_pods
-            .iter()
-            .filter_map(|&p| facts[p].replica.clone())
-            .collect();
-        if !comp.pod_bearing() {
-            // Desired replicas without pods yet: as many as the slot limit leaves room for,
-            // together with the slots each brings below it.
-            let wanted = share(inst.desired, place.places, place.ordinal) as usize;
-            let room = place.room.saturating_sub(keys.len());
-            for r in 0..wanted.min(room) {
-                keys.insert(r.to_string());
-            }
-            if wanted > room {
-                let name = comp.name.clone();
-                self.slots_cut(&name, wanted, room);
+        // Pods by replica key, in one pass (a key per pod is possible: no key × pod scan).
+        let mut by_key: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        let mut keyless: Vec<usize> = Vec::new();
+        for &p in &inst_pods {
+            match &facts[p].replica {
+                Some(key) => by_key.entry(key.clone()).or_default().push(p),
+                None => keyless.push(p),
             }
         }
-        let keyless: Vec<usize> = inst_pods
-            .iter()
-            .copied()
-            .filter(|&p| facts[p].replica.is_none())
-            .collect();
-        let mut out: Vec<(String, Vec<usize>)> = sort_keys(keys)
+        // Room for this many keyed slots here (each with what it brings below it).
+        let room = place.room.saturating_sub(usize::from(!keyless.is_empty()));
+        let mut wanted = by_key.len();
+        if !comp.pod_bearing() {
+            // Desired replicas without pods yet (keys `0`..), as many as there is room for.
+            let desired = share(inst.desired, place.places, place.ordinal) as usize;
+            for r in 0..desired.min(room) {
+                by_key.entry(r.to_string()).or_default();
+            }
+            wanted = wanted.max(desired).max(by_key.len());
+        }
+        let keys: BTreeSet<String> = by_key.keys().cloned().collect();
+        let mut keys = sort_keys(keys);
+        if keys.len() > room || wanted > room {
+            // The first keys in order are kept; the pods of the others stay unclaimed.
+            keys.truncate(room);
+            let name = comp.name.clone();
+            self.slots_cut(&name, wanted, room);
+        }
+        let mut out: Vec<(String, Vec<usize>)> = keys
             .into_iter()
             .map(|key| {
-                let pods = inst_pods
-                    .iter()
-                    .copied()
-                    .filter(|&p| facts[p].replica.as_deref() == Some(key.as_str()))
-                    .collect();
+                let pods = by_key.remove(&key).unwrap_or_default();
                 (key, pods)
             })
             .collect();

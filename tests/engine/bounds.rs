@@ -168,3 +168,55 @@ fn sums_beyond_a_field_saturate_with_a_diagnostic() {
     assert_eq!(desired.cpu_millis, 36_000_000_000_000_000);
     assert!(diagnostic(&w, "quantity_out_of_range").is_none());
 }
+
+/// A LeaderWorkerSet of `groups` groups of one pod each, with every leader pod present (each
+/// group's key is its own): pods are grouped by key in one pass, the slot limit cuts the
+/// tree, and the pods past it are unattributed with a bounded number of diagnostics.
+#[test]
+fn twenty_thousand_distinct_replica_keys_are_cut_and_reported_in_bounded_diagnostics() {
+    let groups = 20_000;
+    let lws_text = lws(&groups.to_string()).replace("size: 2", "size: 1");
+    let root: serde_json::Value = serde_saphyr::from_str(&lws_text).expect("yaml");
+    let uid = root["metadata"]["uid"].as_str().expect("uid").to_owned();
+    let mut items = vec![root];
+    for g in 0..groups {
+        items.push(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": format!("vllm-70b-{g}"), "namespace": "inference", "uid": format!("pod-{g}"),
+                "labels": {
+                    "leaderworkerset.sigs.k8s.io/group-index": g.to_string(),
+                    "leaderworkerset.sigs.k8s.io/worker-index": "0",
+                },
+                "ownerReferences": [{"apiVersion": "leaderworkerset.x-k8s.io/v1",
+                    "kind": "LeaderWorkerSet", "name": "vllm-70b", "uid": uid, "controller": true}],
+            },
+            "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        }));
+    }
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    let w = resolve_text(&list.to_string()).workload;
+    assert!(
+        diagnostic(&w, "limit_exceeded").is_some(),
+        "{:?}",
+        w.diagnostics
+    );
+    let instances: usize = w.components.iter().map(count_instances).sum();
+    assert!(instances <= MAX_SLOTS, "{instances}");
+    let pods = w.pods.unwrap_or_default();
+    assert_eq!((pods.current, pods.desired), (groups, groups));
+    // Every pod holds its GPU, placed or not.
+    let current = w.totals.clone().and_then(|t| t.current).unwrap_or_default();
+    assert_eq!(current.gpus, f64::from(groups));
+    let unattributed = w
+        .diagnostics
+        .iter()
+        .filter(|d| d.code == "unattributed_pod")
+        .count();
+    assert!(
+        (1..=33).contains(&unattributed),
+        "{unattributed} unattributed_pod diagnostics"
+    );
+    assert!(w.unattributed_pods.len() as u32 + 4096 >= groups);
+}
