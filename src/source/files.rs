@@ -568,14 +568,17 @@ mod tests {
     }
 
     #[test]
-    fn a_file_that_reports_size_zero_is_read_up_to_the_cap_only() {
+    fn a_file_that_holds_more_than_its_size_says_is_refused_unquoted() {
         let d = temp("proc");
         std::os::unix::fs::symlink("/proc/self/environ", d.join("env.yaml")).unwrap();
         let t: Tracker<()> = Tracker::default();
         let scan = t.scan(&walk(&d, is_manifest));
         assert_eq!(scan.candidates.len(), 1);
         match t.read(&scan.candidates[0]) {
-            Read::Unreadable(why) => assert!(why.starts_with("not a text file"), "{why}"),
+            Read::Unreadable(why) => {
+                assert!(why.contains("more than its size says"), "{why}");
+                assert!(!why.contains("PATH"), "{why}");
+            }
             _ => panic!("/proc/self/environ was handed on as text"),
         }
     }

@@ -656,7 +656,8 @@ mod tests {
             "{problems:?}"
         );
         let snapshot =
-            super::super::offline::Snapshot::load(&[d.clone()], Limits::default()).expect("loads");
+            super::super::offline::Snapshot::load(std::slice::from_ref(&d), Limits::default())
+                .expect("loads");
         let roots = snapshot
             .index(&crate::definition::Catalog::default())
             .objects_where(|_| true);

@@ -48,15 +48,23 @@ pub fn bytes(path: &Path, max: u64) -> Result<Vec<u8>, String> {
             special_kind(&before)
         ));
     }
-    // The size is a hint for the first allocation only: the read itself is capped.
-    let hint = usize::try_from(before.len().min(max)).unwrap_or(0);
-    let mut out = Vec::with_capacity(hint.saturating_add(1));
+    if before.len() > max {
+        return Err(format!("larger than {max} bytes; not read"));
+    }
+    // At most one byte more than the size the file reports is read, into one allocation of
+    // that size: a file that holds more than it says (`/proc/self/pagemap` says 0 bytes and
+    // holds gigabytes) or grows while it is read is refused after one byte.
+    let size = before.len();
+    let mut out = Vec::with_capacity(usize::try_from(size + 1).unwrap_or(0));
     (&mut file)
-        .take(max.saturating_add(1))
+        .take(size + 1)
         .read_to_end(&mut out)
         .map_err(|e| e.to_string())?;
-    if out.len() as u64 > max {
-        return Err(format!("larger than {max} bytes; not read"));
+    if out.len() as u64 > size {
+        return Err(
+            "holds more than its size says (a /proc or /sys file, or one growing while read); not read"
+                .to_owned(),
+        );
     }
     let after = std::fs::metadata(path).map_err(|e| e.to_string())?;
     let stamp = |m: &std::fs::Metadata| (m.ino(), m.dev(), m.len(), m.mtime(), m.mtime_nsec());
@@ -102,15 +110,16 @@ mod tests {
 
     #[test]
     fn proc_files_that_report_size_zero_are_still_capped() {
-        // /proc/self/pagemap says 0 bytes and holds 8 per page of the address space: the
-        // read stops at the cap (where the kernel refuses a read of less than 8 bytes, or
-        // the cap is passed), never reading on.
+        // /proc/self/pagemap says 0 bytes and holds 8 per page of the address space:
+        // nothing is read past what the size says (the kernel may refuse a read of less than
+        // 8 bytes first).
         let pagemap = Path::new("/proc/self/pagemap");
         assert_eq!(std::fs::metadata(pagemap).unwrap().len(), 0);
-        assert!(bytes(pagemap, 1 << 16).is_err());
-        // /proc/self/environ is NUL-separated: never text, never quoted.
+        assert!(bytes(pagemap, 1 << 30).is_err());
+        // /proc/self/environ says 0 bytes too: refused, and never quoted.
         let e = text_file(Path::new("/proc/self/environ"), 1 << 20).unwrap_err();
-        assert!(e.starts_with("not a text file"), "{e}");
+        assert!(e.contains("more than its size says"), "{e}");
+        assert!(!e.contains("PATH"), "{e}");
     }
 
     #[test]
