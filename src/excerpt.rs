@@ -31,6 +31,30 @@ pub fn echo(text: &str) -> Cow<'_, str> {
     excerpt(text, ECHO_BYTES)
 }
 
+/// Bytes of a parse error about a file (which may quote a bit of the file).
+pub const PARSE_ERROR_BYTES: usize = 256;
+
+/// `text` with control characters (newlines, NUL, escapes, …) written as `\u{..}`, then cut
+/// to [`excerpt`]`(…, max)`: what may quote outside content goes into one printable line.
+pub fn printable(text: &str, max: usize) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(text.len().min(max));
+    for c in text.chars() {
+        let before = out.len();
+        if c.is_control() {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+        if out.len() > max {
+            out.truncate(before);
+            let _ = write!(out, "…({} bytes)", text.len());
+            return out;
+        }
+    }
+    out
+}
+
 /// Cuts `text` in place to [`excerpt`]`(text, max)`.
 pub fn bound(text: &mut String, max: usize) {
     if text.len() > max {
@@ -63,5 +87,15 @@ mod tests {
         let mut s = "日本語".to_owned();
         bound(&mut s, 4);
         assert_eq!(s, "日…(9 bytes)");
+    }
+
+    #[test]
+    fn printable_escapes_control_characters_and_stays_bounded() {
+        assert_eq!(printable("a\nb\0c", 64), "a\\u{a}b\\u{0}c");
+        let long = format!("{}\n", "é".repeat(1000));
+        let p = printable(&long, 100);
+        assert!(p.len() < 140, "{p}");
+        assert!(!p.chars().any(char::is_control));
+        assert!(p.ends_with("(2001 bytes)"), "{p}");
     }
 }

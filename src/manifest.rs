@@ -2,7 +2,6 @@
 //! flattened. Used for definition files and for cluster snapshots.
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
 
 /// Parses text into its documents. JSON is tried first when the text starts with `{` or `[`;
 /// empty documents are skipped; any `kind` ending in `List` with an `items` array is
@@ -67,11 +66,97 @@ fn parse_yaml(text: &str) -> Result<Vec<Value>, String> {
     budget.max_total_scalar_bytes += text.len();
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
-    serde_saphyr::from_multiple_with_options::<Value>(text, options)
-        .map_err(|e| format!("not valid YAML or JSON: {e}"))
+    // No snippet of the offending line: an error never quotes more of a file than a
+    // bounded, printable excerpt (the file may be a link to secrets).
+    options.with_snippet = false;
+    serde_saphyr::from_multiple_with_options::<Value>(text, options).map_err(|e| {
+        let e = crate::excerpt::printable(&e.to_string(), crate::excerpt::PARSE_ERROR_BYTES);
+        format!("not valid YAML or JSON: {e}")
+    })
 }
 
-fn flatten(doc: Value, out: &mut Vec<Value>) {
+/// When `doc` is one JSON object of a `…List` kind with one `items` array: hands its items
+/// (flattened: a `List` inside is its items) to `each` one at a time, as they are parsed, so
+/// no tree of the whole list is built, and returns true. False when it is anything else;
+/// `each` may have been called by then, and the caller discards what it gave.
+pub fn json_list_items(doc: &str, each: &mut dyn FnMut(Value)) -> bool {
+    use serde::de::Deserializer as _;
+    let mut parser = serde_json::Deserializer::from_str(doc);
+    matches!(parser.deserialize_map(ListVisitor { each }), Ok(true)) && parser.end().is_ok()
+}
+
+/// The top level of a JSON `…List`: its `kind` and `items`, other fields skipped.
+struct ListVisitor<'a> {
+    each: &'a mut dyn FnMut(Value),
+}
+
+impl<'de> serde::de::Visitor<'de> for ListVisitor<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let mut kind: Option<Value> = None;
+        let mut items = 0;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "items" => {
+                    map.next_value_seed(ItemsSeed {
+                        each: &mut *self.each,
+                    })?;
+                    items += 1;
+                }
+                // The last of duplicate keys decides, as in a whole parse.
+                "kind" => kind = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        let list = kind
+            .as_ref()
+            .and_then(Value::as_str)
+            .is_some_and(|k| k.ends_with("List"));
+        Ok(list && items == 1)
+    }
+}
+
+/// A list's `items`: each element flattened and handed on (anything but an array fails,
+/// so the caller parses the document whole).
+struct ItemsSeed<'a> {
+    each: &'a mut dyn FnMut(Value),
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for ItemsSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ItemsSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array of items")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut flat = Vec::new();
+        while let Some(item) = seq.next_element::<Value>()? {
+            flatten(item, &mut flat);
+            flat.drain(..).for_each(&mut *self.each);
+        }
+        Ok(())
+    }
+}
+
+/// Adds `doc` to `out`: nothing for a null document, the items (flattened) of a `…List`
+/// with an `items` array, else `doc` itself.
+pub fn flatten(doc: Value, out: &mut Vec<Value>) {
     match doc {
         Value::Null => {}
         Value::Object(mut map)
@@ -89,42 +174,6 @@ fn flatten(doc: Value, out: &mut Vec<Value>) {
         }
         other => out.push(other),
     }
-}
-
-/// Every `*.yaml`, `*.yml` and `*.json` file below `path` (or `path` itself if it is a
-/// file), sorted; entries whose name starts with `.` are skipped.
-pub fn files_below(path: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    if path.is_file() {
-        files.push(path.to_path_buf());
-        return Ok(files);
-    }
-    collect(path, &mut files, 0)?;
-    files.sort();
-    Ok(files)
-}
-
-fn collect(dir: &Path, files: &mut Vec<PathBuf>, depth: usize) -> std::io::Result<()> {
-    if depth > 16 {
-        return Ok(());
-    }
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        if name.to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let path = entry.path();
-        if path.is_dir() {
-            collect(&path, files, depth + 1)?;
-        } else if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        ) {
-            files.push(path);
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -168,5 +217,19 @@ mod tests {
             parse_documents("a: 1\na: 2\n").is_err(),
             "duplicate keys are rejected"
         );
+    }
+
+    #[test]
+    fn parse_errors_quote_no_line_of_the_file() {
+        let secret = "TOKEN=s3cr3t-value-that-must-not-leak";
+        for text in [
+            format!("a: [unclosed {secret}\n"),
+            format!("{secret}: : :\n\tb"),
+            format!("- {secret}\nkey: value\n"),
+        ] {
+            let e = parse_documents(&text).unwrap_err();
+            assert!(!e.contains("s3cr3t"), "{e}");
+            assert!(e.len() < 400 && !e.contains('\n'), "{e}");
+        }
     }
 }

@@ -68,22 +68,18 @@ fn definitions(paths: &[PathBuf]) -> (Vec<Arc<Definition>>, Vec<DefinitionError>
     let mut defs = Vec::new();
     let mut errors: Vec<DefinitionError> = Vec::new();
     for path in paths {
-        let files = match load::definition_files(path) {
-            Ok(files) if files.is_empty() => {
-                errors.push(DefinitionError::new(
-                    &path.display().to_string(),
-                    "",
-                    None,
-                    "no .yaml, .yml or .json files",
-                ));
-                continue;
-            }
-            Ok(files) => files,
-            Err(e) => {
-                errors.push(DefinitionError::unreadable(&path.display().to_string(), e));
-                continue;
-            }
-        };
+        let (files, problems) = load::definition_files(path);
+        let nothing = files.is_empty() && problems.is_empty();
+        errors.extend(problems);
+        if nothing {
+            errors.push(DefinitionError::new(
+                &path.display().to_string(),
+                "",
+                None,
+                "no .yaml, .yml or .json files",
+            ));
+            continue;
+        }
         let mut parsed = Vec::new();
         for file in files {
             let (p, e) = load::parse_file(&file);

@@ -86,6 +86,23 @@ pub struct DefinitionArgs {
     pub definitions: Option<PathBuf>,
 }
 
+/// The largest file read from a folder (manifests, definitions), shared by `serve` and
+/// `resolve`.
+#[derive(Debug, clap::Args)]
+pub struct FileArgs {
+    /// Largest manifest or definition file read (e.g. `64Mi`); a larger file is reported
+    /// and skipped. Parsing a file holds a few times its size in memory.
+    #[arg(long, env = "KARTOGRAF_MAX_FILE_SIZE", default_value = "256Mi", value_parser = parse_bytes)]
+    pub max_file_size: u64,
+}
+
+impl FileArgs {
+    /// Makes this the cap of every file read in this process.
+    pub fn apply(&self) {
+        crate::source::files::set_max_file_bytes(self.max_file_size);
+    }
+}
+
 /// The evaluation budget of every jq evaluation (shared by `serve` and `resolve`).
 #[derive(Debug, clap::Args)]
 pub struct BudgetArgs {

@@ -3,7 +3,7 @@
 use super::{DefinitionArgs, EXIT_NO_DEFINITION, EXIT_NOT_FOUND, Format, output, tree};
 use crate::expr::Limits;
 use crate::proto::v1 as pb;
-use crate::source::offline::{Snapshot, SnapshotError};
+use crate::source::offline::{MAX_WARNINGS, Snapshot, SnapshotError};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +37,8 @@ pub struct Args {
     pub definitions: DefinitionArgs,
     #[command(flatten)]
     pub budget: super::BudgetArgs,
+    #[command(flatten)]
+    pub file_limits: super::FileArgs,
 }
 
 /// Parses `500ms`, `2s`, `1m`.
@@ -59,14 +61,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// Runs `resolve`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     args.budget.apply();
+    args.file_limits.apply();
     let catalog = super::load_catalog(&args.definitions)?;
     let snapshot = Snapshot::load(&args.files, Limits::default()).map_err(anyhow::Error::msg)?;
-    for warning in snapshot
-        .warnings
-        .iter()
-        .chain(&snapshot.owner_cycles(&catalog))
-    {
+    // At most MAX_WARNINGS lines, then one with the number of the others.
+    let cycles = snapshot.owner_cycles(&catalog);
+    let all = snapshot.warnings.iter().chain(&cycles);
+    for warning in all.clone().take(MAX_WARNINGS) {
         eprintln!("warning: {warning}");
+    }
+    let more = snapshot.warnings_dropped + all.count().saturating_sub(MAX_WARNINGS);
+    if more > 0 {
+        eprintln!("warning: … and {more} more warnings (the first {MAX_WARNINGS} are shown)");
     }
     if args.all {
         return list_all(&args, &catalog, &snapshot);

@@ -144,7 +144,7 @@ pub struct Args {
         requires = "tls_cert"
     )]
     pub tls_client_ca: Option<PathBuf>,
-    /// Require bearer tokens listed in FILE (`TOKEN NAME [SCOPES]` per line; re-read when it
+    /// Require bearer tokens listed in FILE (`TOKEN NAME SCOPES` per line; re-read when it
     /// changes). Health checks stay open.
     #[arg(long, env = "KARTOGRAF_AUTH_TOKENS", value_name = "FILE")]
     pub auth_tokens: Option<PathBuf>,
@@ -161,6 +161,8 @@ pub struct Args {
     pub definitions: DefinitionArgs,
     #[command(flatten)]
     pub budget: super::BudgetArgs,
+    #[command(flatten)]
+    pub file_limits: super::FileArgs,
 }
 
 /// Runs `serve` until SIGINT/SIGTERM; sets up logging and tracing first.
@@ -203,6 +205,7 @@ fn cluster_name(args: &Args) -> anyhow::Result<(String, bool)> {
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     args.budget.apply();
+    args.file_limits.apply();
     let report = Arc::new(LoadReport::default());
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     // Every long-lived task is watched: one that ends (none should) or panics is logged and

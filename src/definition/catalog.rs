@@ -250,14 +250,8 @@ pub fn embedded_files() -> &'static [(&'static str, &'static str)] {
 /// Loads every definition file below `path`.
 pub fn load_path(path: &Path) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
     let source = path.display().to_string();
-    let files = match load::definition_files(path) {
-        Ok(files) => files,
-        Err(e) => {
-            return (Vec::new(), vec![DefinitionError::unreadable(&source, e)]);
-        }
-    };
+    let (files, mut errors) = load::definition_files(path);
     let mut parsed = Vec::new();
-    let mut errors = Vec::new();
     for file in files {
         let (p, e) = load::parse_file(&file);
         parsed.extend(p);

@@ -3,6 +3,7 @@
 use super::DefinitionError;
 use super::model::Karta;
 use crate::manifest;
+use crate::source::files;
 use std::path::{Path, PathBuf};
 
 /// One definition document read from a source, not yet validated.
@@ -56,27 +57,46 @@ pub fn parse_document(
             } else {
                 format!("{label}{path}")
             };
-            Err(DefinitionError::new(
-                source,
-                &path,
-                None,
-                e.into_inner().to_string(),
-            ))
+            // The message may quote a value of the file: a bounded, printable excerpt.
+            let message = crate::excerpt::printable(
+                &e.into_inner().to_string(),
+                crate::excerpt::PARSE_ERROR_BYTES,
+            );
+            Err(DefinitionError::new(source, &path, None, message))
         }
     }
 }
 
-/// Parses one file.
+/// Parses one file (read with the bounded reader: a regular text file of at most
+/// [`files::max_file_bytes`]).
 pub fn parse_file(path: &Path) -> (Vec<Parsed>, Vec<DefinitionError>) {
     let source = path.display().to_string();
-    match std::fs::read_to_string(path) {
+    match files::read_text(path) {
         Ok(text) => parse_text(&text, &source),
         Err(e) => (Vec::new(), vec![DefinitionError::unreadable(&source, e)]),
     }
 }
 
 /// Every `*.yaml`, `*.yml` and `*.json` file below `dir` (or `dir` itself if it is a file),
-/// sorted. Hidden entries (like ConfigMap `..data` links) are skipped.
-pub fn definition_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    manifest::files_below(dir)
+/// sorted, walked as every directory is ([`files::walk`]: links followed once, special
+/// files skipped, bounded depth and count); what the walk met is returned as errors, and a
+/// path that does not exist is one.
+pub fn definition_files(dir: &Path) -> (Vec<PathBuf>, Vec<DefinitionError>) {
+    let source = dir.display().to_string();
+    let walk = files::walk(dir, files::is_manifest);
+    if !walk.exists {
+        return (
+            Vec::new(),
+            vec![DefinitionError::unreadable(
+                &source,
+                "no such file or directory",
+            )],
+        );
+    }
+    let errors = walk
+        .problems
+        .iter()
+        .map(|p| DefinitionError::new(&source, "", None, p.clone()))
+        .collect();
+    (walk.files.into_iter().map(|(p, _)| p).collect(), errors)
 }

@@ -2,6 +2,7 @@
 //! whether it is served, stored, deprecated, and its OpenAPI v3 schema.
 
 use crate::definition::catalog::version_priority;
+use crate::source::files;
 use serde_json::Value as Json;
 use std::path::Path;
 
@@ -167,21 +168,23 @@ pub fn strip(schema: &mut Json) {
 pub fn load_path(path: &Path) -> (Vec<Crd>, Vec<String>) {
     let mut crds = Vec::new();
     let mut errors = Vec::new();
-    let files = match crate::manifest::files_below(path) {
-        Ok(files) if files.is_empty() => {
-            errors.push(format!("{}: no .yaml, .yml or .json files", path.display()));
-            return (crds, errors);
-        }
-        Ok(files) => files,
-        Err(e) => {
-            errors.push(format!("{}: cannot read: {e}", path.display()));
-            return (crds, errors);
-        }
-    };
-    for file in files {
+    let walk = files::walk(path, files::is_manifest);
+    if !walk.exists {
+        errors.push(format!(
+            "{}: cannot read: no such file or directory",
+            path.display()
+        ));
+        return (crds, errors);
+    }
+    errors.extend(walk.problems);
+    if walk.files.is_empty() {
+        errors.push(format!("{}: no .yaml, .yml or .json files", path.display()));
+        return (crds, errors);
+    }
+    for (file, _) in walk.files {
         let source = file.display().to_string();
-        let docs = std::fs::read_to_string(&file)
-            .map_err(|e| e.to_string())
+        let docs = files::read_text(&file)
+            .map_err(|e| format!("cannot read: {e}"))
             .and_then(|text| crate::manifest::parse_documents(&text));
         match docs {
             Ok(docs) => {

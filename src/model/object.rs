@@ -687,7 +687,11 @@ mod tests {
     #[test]
     fn an_object_converted_from_its_text_is_the_object_parsed_whole() {
         let mut docs = Vec::new();
-        for file in crate::manifest::files_below(Path::new("examples/cluster")).unwrap() {
+        let walk = crate::source::files::walk(
+            Path::new("examples/cluster"),
+            crate::source::files::is_manifest,
+        );
+        for (file, _) in walk.files {
             let text = std::fs::read_to_string(&file).unwrap();
             docs.extend(crate::manifest::parse_documents(&text).unwrap());
         }

@@ -1,20 +1,27 @@
 //! Bearer-token authentication. Tokens come from a file, one per line:
 //!
 //! ```text
-//! # TOKEN            NAME        [SCOPES]
+//! # TOKEN            NAME        SCOPES
 //! 3f9c…e1            scheduler   resolver
 //! 77ab…09            platform    resolver,definitions
 //! 5d20…7c            prometheus  metrics
+//! a1b2…ff            admin       *
 //! ```
 //!
 //! Scopes name what a token may use: `resolver` (`kartograf.v1.WorkloadResolver`),
 //! `definitions` (`kartograf.v1.Definitions`), `metrics` (the admin port's `/metrics`, when
-//! the server runs with `--metrics-auth`) or `*` (everything, the default). Health `Check` is
-//! always open (kubelet probes); everything else on the gRPC port, reflection and health
-//! `Watch` included, needs a valid token with a gRPC scope (a `metrics`-only token gets none
-//! of it). The file is re-read when
-//! its content changes; a file that no longer parses keeps the last good set. Tokens are kept
-//! only as SHA-256 digests and are never logged: errors name the line, not the token.
+//! the server runs with `--metrics-auth`) or `*` (everything). Every line must name its
+//! scopes: a line `TOKEN NAME` is an error, so a file cut short while it is written never
+//! grants more than it says. Health `Check` is always open (kubelet probes); everything else on
+//! the gRPC port, reflection and health `Watch` included, needs a valid token with a gRPC
+//! scope (a `metrics`-only token gets none of it).
+//!
+//! The file is re-read when its content changes; a file that is unreadable, not a regular
+//! file, larger than [`MAX_TOKEN_FILE_BYTES`], changed while it was read, or that no longer
+//! parses keeps the last good set (logged, and counted by [`Tokens::rejected`]). Writers
+//! must write a new file and rename it over the old one (as Kubernetes Secret mounts do): a
+//! read then sees the old file or the new one whole. Tokens are kept only as SHA-256
+//! digests and are never logged: errors name the line, not the token.
 
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
@@ -29,12 +36,15 @@ pub const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
 
 type Digest = [u8; 32];
 
+/// Largest token file read (a larger one is rejected and the last good set stays).
+pub const MAX_TOKEN_FILE_BYTES: u64 = 1 << 20;
+
 /// What one token may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     /// The name the token file gives it (used in messages, never the token).
     pub name: String,
-    /// Services it may call; empty means all.
+    /// Services it may call; empty means all (`*`).
     scopes: Vec<Scope>,
 }
 
@@ -87,6 +97,14 @@ pub struct Tokens {
     path: PathBuf,
     set: ArcSwap<TokenSet>,
     content: std::sync::Mutex<Vec<u8>>,
+    /// Why the current content is not in effect.
+    rejected: std::sync::Mutex<Option<String>>,
+}
+
+/// The token file's text: a regular file of at most [`MAX_TOKEN_FILE_BYTES`], read whole
+/// and unchanged while read (a file that is not text is refused, unquoted).
+fn read(path: &Path) -> Result<String, String> {
+    crate::source::read::text_file(path, MAX_TOKEN_FILE_BYTES)
 }
 
 fn digest(token: &[u8]) -> Digest {
@@ -106,12 +124,15 @@ fn parse(text: &str) -> Result<TokenSet, String> {
         let mut fields = line.split_whitespace();
         let (Some(token), Some(name)) = (fields.next(), fields.next()) else {
             return Err(format!(
-                "line {}: expected `TOKEN NAME [SCOPES]` (the token is not shown)",
+                "line {}: expected `TOKEN NAME SCOPES` (the token is not shown)",
                 n + 1
             ));
         };
+        let name = crate::excerpt::echo(name);
         let mut scopes = Vec::new();
+        let mut named = false;
         for s in fields.flat_map(|f| f.split(',')).filter(|s| !s.is_empty()) {
+            named = true;
             match s {
                 "*" => scopes.clear(),
                 "resolver" => scopes.push(Scope::Resolver),
@@ -119,14 +140,21 @@ fn parse(text: &str) -> Result<TokenSet, String> {
                 "metrics" => scopes.push(Scope::Metrics),
                 other => {
                     return Err(format!(
-                        "line {} ({name}): unknown scope {other:?}; use resolver, definitions, metrics or *",
-                        n + 1
+                        "line {} ({name}): unknown scope {:?}; use resolver, definitions, metrics or *",
+                        n + 1,
+                        crate::excerpt::echo(other)
                     ));
                 }
             }
             if s == "*" {
                 break;
             }
+        }
+        if !named {
+            return Err(format!(
+                "line {} ({name}): no scopes; name them (resolver, definitions, metrics, or * for all)",
+                n + 1
+            ));
         }
         if token.len() < 16 {
             return Err(format!(
@@ -135,7 +163,7 @@ fn parse(text: &str) -> Result<TokenSet, String> {
             ));
         }
         let grant = Grant {
-            name: name.to_owned(),
+            name: name.to_string(),
             scopes,
         };
         if set
@@ -152,17 +180,16 @@ fn parse(text: &str) -> Result<TokenSet, String> {
 impl Tokens {
     /// Loads the token file; an unreadable or invalid file is an error naming the line.
     pub fn load(path: &Path) -> Result<Tokens, String> {
-        let content =
-            std::fs::read(path).map_err(|e| format!("token file {}: {e}", path.display()))?;
-        let text = String::from_utf8_lossy(&content);
-        let set = parse(&text).map_err(|e| format!("token file {}: {e}", path.display()))?;
+        let content = read(path).map_err(|e| format!("token file {}: {e}", path.display()))?;
+        let set = parse(&content).map_err(|e| format!("token file {}: {e}", path.display()))?;
         if set.by_digest.is_empty() {
             tracing::warn!(file = %path.display(), "token file has no tokens: every call except health is refused");
         }
         Ok(Tokens {
             path: path.to_path_buf(),
             set: ArcSwap::from_pointee(set),
-            content: std::sync::Mutex::new(content),
+            content: std::sync::Mutex::new(content.into_bytes()),
+            rejected: Default::default(),
         })
     }
 
@@ -176,35 +203,56 @@ impl Tokens {
         self.len() == 0
     }
 
-    /// Re-reads the file if its content changed. Returns whether a new set was published.
+    /// Re-reads the file if its content changed. Returns whether a new set was published;
+    /// on any error the last good set stays (see [`Tokens::rejected`]).
     pub fn reload(&self) -> bool {
-        let Ok(content) = std::fs::read(&self.path) else {
-            tracing::warn!(file = %self.path.display(), "token file unreadable; keeping the previous tokens");
-            return false;
+        let content = match read(&self.path) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(file = %self.path.display(), error = %e, "token file not read; keeping the previous tokens");
+                self.reject(e);
+                return false;
+            }
         };
         let mut last = self.content.lock().unwrap_or_else(|e| e.into_inner());
-        if *last == content {
+        if *last == content.as_bytes() {
             return false;
         }
-        match parse(&String::from_utf8_lossy(&content)) {
-            Ok(set) if set.by_digest.is_empty() => {
+        let outcome = parse(&content).and_then(|set| {
+            if set.by_digest.is_empty() {
                 // Most likely a half-written file: revoking everyone is never what was meant.
-                tracing::warn!(file = %self.path.display(), "token file now has no tokens; keeping the previous tokens");
-                *last = content;
-                false
+                Err("the file now has no tokens".to_owned())
+            } else {
+                Ok(set)
             }
+        });
+        *last = content.into_bytes();
+        match outcome {
             Ok(set) => {
                 tracing::info!(file = %self.path.display(), tokens = set.by_digest.len(), "token file reloaded");
                 self.set.store(Arc::new(set));
-                *last = content;
+                *self.rejected.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 true
             }
             Err(e) => {
                 tracing::warn!(file = %self.path.display(), error = %e, "token file rejected; keeping the previous tokens");
-                *last = content;
+                self.reject(e);
                 false
             }
         }
+    }
+
+    fn reject(&self, why: String) {
+        *self.rejected.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+
+    /// Why the file's current content was rejected (the last good set is in effect), if it
+    /// was.
+    pub fn rejected(&self) -> Option<String> {
+        self.rejected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Re-reads the file every `every` (content-compared, so ConfigMap/Secret symlink swaps
@@ -301,6 +349,7 @@ mod tests {
             path: PathBuf::new(),
             set: ArcSwap::from_pointee(parse(text).expect("valid token file")),
             content: Default::default(),
+            rejected: Default::default(),
         }
     }
 
@@ -344,7 +393,7 @@ mod tests {
     #[test]
     fn the_metrics_scope_opens_metrics_and_nothing_on_grpc() {
         let t = tokens(
-            "pppppppppppppppp prom metrics\naaaaaaaaaaaaaaaa all\nrrrrrrrrrrrrrrrr sched resolver\nmmmmmmmmmmmmmmmm both resolver,metrics\n",
+            "pppppppppppppppp prom metrics\naaaaaaaaaaaaaaaa all *\nrrrrrrrrrrrrrrrr sched resolver\nmmmmmmmmmmmmmmmm both resolver,metrics\n",
         );
         let bearer = |c: char| format!("Bearer {}", c.to_string().repeat(16));
         assert!(t.authorize_metrics(Some(bearer('p').as_bytes())).is_ok());
@@ -386,11 +435,86 @@ mod tests {
     fn bad_files_name_the_line_not_the_token() {
         let e = parse("secretsecretsecret1\n").unwrap_err();
         assert!(e.contains("line 1") && !e.contains("secretsecret"), "{e}");
-        let e = parse("short n\n").unwrap_err();
+        let e = parse("short n resolver\n").unwrap_err();
         assert!(e.contains("shorter") && !e.contains("short n"), "{e}");
         let e = parse("aaaaaaaaaaaaaaaa n bogus\n").unwrap_err();
         assert!(e.contains("bogus"), "{e}");
-        let e = parse("aaaaaaaaaaaaaaaa a\naaaaaaaaaaaaaaaa b\n").unwrap_err();
+        let e = parse("aaaaaaaaaaaaaaaa a *\naaaaaaaaaaaaaaaa b *\n").unwrap_err();
         assert!(e.contains("line 2") && e.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn a_line_without_scopes_is_an_error_not_every_scope() {
+        let e = parse("aaaaaaaaaaaaaaaa sched\n").unwrap_err();
+        assert!(e.contains("line 1") && e.contains("no scopes"), "{e}");
+        assert!(!e.contains("aaaaaaaa"), "{e}");
+        // A comma alone names no scope either.
+        assert!(parse("aaaaaaaaaaaaaaaa sched ,\n").is_err());
+        let all = parse("aaaaaaaaaaaaaaaa admin *\n").unwrap();
+        assert!(all.by_digest.values().all(|g| g.scopes.is_empty()));
+    }
+
+    fn temp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("kartograf-auth-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn every_prefix_of_a_file_being_written_keeps_or_narrows_the_grants() {
+        let d = temp("prefix");
+        let path = d.join("tokens");
+        let good = "rrrrrrrrrrrrrrrr sched resolver\nmmmmmmmmmmmmmmmm prom metrics\n";
+        std::fs::write(&path, good).unwrap();
+        let t = Tokens::load(&path).unwrap();
+        let next = "rrrrrrrrrrrrrrrr sched resolver\nmmmmmmmmmmmmmmmm prom metrics\nnnnnnnnnnnnnnnnn new resolver,definitions\n";
+        // Whatever prefix a reader sees while the file is rewritten in place, no token gets
+        // a scope it has in neither the old file nor the new one.
+        for cut in 0..=next.len() {
+            std::fs::write(&path, &next[..cut]).unwrap();
+            t.reload();
+            let bearer = |c: char| format!("Bearer {}", c.to_string().repeat(16));
+            assert!(
+                t.authorize(VALIDATE, Some(bearer('r').as_bytes())).is_err(),
+                "cut {cut}"
+            );
+            assert!(t.authorize_metrics(Some(bearer('r').as_bytes())).is_err());
+            assert!(t.authorize(RESOLVE, Some(bearer('m').as_bytes())).is_err());
+            let n = t.authorize(VALIDATE, Some(bearer('n').as_bytes()));
+            assert!(n.is_err() || cut >= next.len() - 1, "cut {cut}");
+        }
+        assert!(t.rejected().is_none(), "the whole file is in effect");
+    }
+
+    #[test]
+    fn a_rejected_file_keeps_the_last_good_set_and_says_why() {
+        let d = temp("rejected");
+        let path = d.join("tokens");
+        std::fs::write(&path, "rrrrrrrrrrrrrrrr sched resolver\n").unwrap();
+        let t = Tokens::load(&path).unwrap();
+        let bearer = b"Bearer rrrrrrrrrrrrrrrr";
+        for bad in [
+            &b"rrrrrrrrrrrrrrrr sched\n"[..],
+            b"rrrrrrrrrrrrrrrr sched bogus\n",
+            b"\0\0\0",
+            b"",
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            assert!(!t.reload());
+            assert!(t.rejected().is_some(), "{bad:?}");
+            assert!(t.authorize(RESOLVE, Some(bearer)).is_ok(), "{bad:?}");
+        }
+        // Replaced by a link to a device or a FIFO: refused at once, the set stays.
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        assert!(!t.reload());
+        assert!(t.rejected().unwrap().contains("device"));
+        assert!(Tokens::load(&path).is_err());
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, "rrrrrrrrrrrrrrrr sched definitions\n").unwrap();
+        assert!(t.reload());
+        assert!(t.rejected().is_none());
+        assert!(t.authorize(RESOLVE, Some(bearer)).is_err());
     }
 }

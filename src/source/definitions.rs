@@ -15,7 +15,7 @@ use crate::definition::catalog;
 pub use crate::definition::layers::Layers;
 use crate::definition::{Definition, DefinitionError, LoadReport, load};
 use crate::index::Index;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -220,13 +220,33 @@ impl Reloader {
             .collect()
     }
 
+    /// Every file's last good definitions, and the errors in effect. Two files defining one
+    /// root kind: the first by path wins, and the other is reported (as `check` and the CLI
+    /// report two definitions of one kind in a folder).
     fn layer(&self) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
-        let defs = self
-            .tracker
-            .iter()
-            .flat_map(|(_, d)| d.iter().cloned())
-            .collect();
-        let errors = self.errors.values().flatten().cloned().collect();
+        let mut errors: Vec<DefinitionError> = self.errors.values().flatten().cloned().collect();
+        let mut defs: Vec<Arc<Definition>> = Vec::new();
+        let mut first: HashMap<&crate::definition::GroupVersionKind, &Definition> = HashMap::new();
+        for def in self.tracker.iter().flat_map(|(_, d)| d.iter()) {
+            match first.get(&def.root_kind) {
+                Some(winner) => {
+                    tracing::warn!(kind = %def.root_kind, dropped = %def.source, used = %winner.source, "two definition files define one root kind; the first by path is used");
+                    errors.push(DefinitionError::new(
+                        &def.source,
+                        "spec.structureDefinition.rootComponent.kind",
+                        None,
+                        format!(
+                            "{} is already defined by `{}` in {}; this definition is not used",
+                            def.root_kind, winner.name, winner.source
+                        ),
+                    ));
+                }
+                None => {
+                    first.insert(&def.root_kind, def);
+                    defs.push(def.clone());
+                }
+            }
+        }
         (defs, errors)
     }
 
@@ -261,5 +281,35 @@ pub async fn run(mut reloader: Reloader, publisher: Arc<Publisher>) {
         if ticks.recv().await.is_none() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn karta(name: &str, kind: &str) -> String {
+        format!(
+            "apiVersion: run.ai/v1alpha1\nkind: Karta\nmetadata: {{name: {name}}}\nspec:\n  structureDefinition:\n    rootComponent:\n      name: root\n      kind: {{group: example.com, version: v1, kind: {kind}}}\n      statusDefinition:\n        statusMappings:\n          running: [{{byExpression: {{expression: 'true', expectedResult: 'true'}}}}]\n"
+        )
+    }
+
+    #[test]
+    fn two_files_defining_one_kind_keep_the_first_by_path_and_report_the_other() {
+        let d = std::env::temp_dir().join(format!("kartograf-defs-dup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("a.yaml"), karta("first", "Widget")).unwrap();
+        std::fs::write(d.join("b.yaml"), karta("second", "Widget")).unwrap();
+        std::fs::write(d.join("c.yaml"), karta("other", "Gadget")).unwrap();
+        let (defs, errors) = Reloader::new(&d).reload().expect("first load");
+        let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["first", "other"]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let e = errors[0].to_string();
+        assert!(
+            e.contains("b.yaml") && e.contains("first") && e.contains("a.yaml"),
+            "{e}"
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! watches the directory's parent, so a directory that is removed and created again is
 //! watched again at once.
 
+use super::read;
 use notify::event::{AccessKind, AccessMode, EventKind};
 use notify::{RecursiveMode, Watcher};
 use std::collections::{HashMap, HashSet};
@@ -25,8 +26,21 @@ pub const RESCAN: Duration = Duration::from_secs(30);
 pub const MAX_DEPTH: usize = 16;
 /// Most files one directory tree may hold.
 pub const MAX_FILES: usize = 1_000_000;
-/// Largest file read (larger ones are reported and skipped).
-pub const MAX_FILE_BYTES: u64 = 1 << 30;
+/// Default of the largest file read (larger ones are reported and skipped); see
+/// [`set_max_file_bytes`].
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+
+static MAX_BYTES: AtomicU64 = AtomicU64::new(MAX_FILE_BYTES);
+
+/// Sets the largest file every walker of this process reads (`--max-file-size`).
+pub fn set_max_file_bytes(max: u64) {
+    MAX_BYTES.store(max, Ordering::Relaxed);
+}
+
+/// The largest file read (see [`set_max_file_bytes`]).
+pub fn max_file_bytes() -> u64 {
+    MAX_BYTES.load(Ordering::Relaxed)
+}
 
 static READS: AtomicU64 = AtomicU64::new(0);
 
@@ -82,6 +96,14 @@ pub fn walk(root: &Path, accept: impl Fn(&Path) -> bool) -> Walk {
         out.files.push((root.to_path_buf(), Stamp::of(&meta)));
         return out;
     }
+    if !meta.is_dir() {
+        out.problems.push(format!(
+            "{}: {} (not a regular file or directory); not read",
+            root.display(),
+            read::special_kind(&meta)
+        ));
+        return out;
+    }
     let mut dirs_seen: HashSet<(u64, u64)> = HashSet::new();
     let mut files_seen: HashSet<(u64, u64)> = HashSet::new();
     dirs_seen.insert((meta.dev(), meta.ino()));
@@ -116,11 +138,21 @@ pub fn walk(root: &Path, accept: impl Fn(&Path) -> bool) -> Walk {
                     stack.push((path, depth + 1));
                 }
                 // A directory seen before is a link loop or a second link: skipped.
-            } else if meta.is_file() && accept(&path) && files_seen.insert(id) {
+            } else if !accept(&path) {
+                // Not ours (by name): not looked at further.
+            } else if !meta.is_file() {
+                // A FIFO would block the reader, a device never end: not read, reported.
+                out.problems.push(format!(
+                    "{}: {} (not a regular file); not read",
+                    path.display(),
+                    read::special_kind(&meta)
+                ));
+            } else if files_seen.insert(id) {
                 if out.files.len() == MAX_FILES {
                     out.problems.push(format!(
                         "more than {MAX_FILES} files; the rest are not read"
                     ));
+                    out.files.sort_by(|a, b| a.0.cmp(&b.0));
                     return out;
                 }
                 out.files.push((path, Stamp::of(&meta)));
@@ -129,6 +161,13 @@ pub fn walk(root: &Path, accept: impl Fn(&Path) -> bool) -> Walk {
     }
     out.files.sort_by(|a, b| a.0.cmp(&b.0));
     out
+}
+
+/// The text of the file at `path` for a caller that reads a tree once (CLI, aggregator):
+/// read as the watchers read it (a regular file of at most [`max_file_bytes`], text only).
+pub fn read_text(path: &Path) -> Result<String, String> {
+    READS.fetch_add(1, Ordering::Relaxed);
+    read::text_file(path, max_file_bytes())
 }
 
 /// Maps `f` over `items` on every core (in order of the input): parsing and converting many
@@ -265,24 +304,26 @@ impl<T> Tracker<T> {
         }
     }
 
-    /// Reads a candidate (safe to call from several threads at once).
+    /// Reads a candidate (safe to call from several threads at once): at most
+    /// [`max_file_bytes`], whatever its metadata says, and only text.
     pub fn read(&self, c: &Candidate) -> Read {
-        if c.stamp.len > MAX_FILE_BYTES {
-            return Read::Unreadable(format!("larger than {MAX_FILE_BYTES} bytes; not read"));
+        let max = max_file_bytes();
+        if c.stamp.len > max {
+            return Read::Unreadable(format!("larger than {max} bytes; not read"));
         }
         READS.fetch_add(1, Ordering::Relaxed);
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let bytes = match std::fs::read(&c.path) {
+        let bytes = match read::bytes(&c.path, max) {
             Ok(b) => b,
-            Err(e) => return Read::Unreadable(e.to_string()),
+            Err(e) => return Read::Unreadable(e),
         };
         let h = hash(&bytes);
         if self.known.get(&c.path).is_some_and(|k| k.hash == h) {
             return Read::Unchanged;
         }
-        match String::from_utf8(bytes) {
+        match read::text(bytes) {
             Ok(text) => Read::Changed(text, h),
-            Err(_) => Read::Unreadable("not UTF-8 text".to_owned()),
+            Err(e) => Read::Unreadable(e),
         }
     }
 
@@ -494,6 +535,83 @@ mod tests {
             .collect();
         assert_eq!(names, ["a/b/two.json", "a/one.yaml"]);
         assert!(w.exists);
+    }
+
+    #[test]
+    fn special_files_are_reported_and_never_read() {
+        let d = temp("special");
+        std::fs::write(d.join("good.yaml"), "a: 1").unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(d.join("fifo.yaml"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        std::os::unix::fs::symlink("/dev/zero", d.join("zero.yaml")).unwrap();
+        std::os::unix::fs::symlink("/dev/null", d.join("ignored.txt")).unwrap();
+        let w = walk(&d, is_manifest);
+        assert_eq!(w.files.len(), 1);
+        assert!(w.files[0].0.ends_with("good.yaml"));
+        assert_eq!(w.problems.len(), 2, "{:?}", w.problems);
+        assert!(
+            w.problems
+                .iter()
+                .any(|p| p.contains("fifo.yaml") && p.contains("FIFO"))
+        );
+        assert!(
+            w.problems
+                .iter()
+                .any(|p| p.contains("zero.yaml") && p.contains("device"))
+        );
+        // A root that is itself a FIFO is reported, not opened.
+        let w = walk(&d.join("fifo.yaml"), is_manifest);
+        assert!(w.files.is_empty() && w.problems[0].contains("FIFO"));
+    }
+
+    #[test]
+    fn a_file_that_holds_more_than_its_size_says_is_refused_unquoted() {
+        let d = temp("proc");
+        std::os::unix::fs::symlink("/proc/self/environ", d.join("env.yaml")).unwrap();
+        let t: Tracker<()> = Tracker::default();
+        let scan = t.scan(&walk(&d, is_manifest));
+        assert_eq!(scan.candidates.len(), 1);
+        match t.read(&scan.candidates[0]) {
+            Read::Unreadable(why) => {
+                assert!(why.contains("more than its size says"), "{why}");
+                assert!(!why.contains("PATH"), "{why}");
+            }
+            _ => panic!("/proc/self/environ was handed on as text"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_file_rewritten_without_pause_still_ticks_while_it_is_written() {
+        let d = temp("busy");
+        let (_w, mut ticks) = DirWatch::start(&d, Duration::from_secs(600));
+        while tokio::time::timeout(DEBOUNCE * 3, ticks.recv())
+            .await
+            .is_ok()
+        {}
+        // Rewritten every 50 ms for 2 s (a debounce that restarted at every event would
+        // not tick until the writes stop).
+        let writer = tokio::spawn({
+            let d = d.clone();
+            async move {
+                for i in 0..40 {
+                    std::fs::write(d.join("busy.yaml"), format!("n: {i}")).unwrap();
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        });
+        let mut during = 0;
+        while !writer.is_finished() {
+            if tokio::time::timeout(Duration::from_millis(100), ticks.recv())
+                .await
+                .is_ok()
+            {
+                during += 1;
+            }
+        }
+        assert!(during >= 2, "{during} ticks while the file was rewritten");
     }
 
     #[tokio::test]

@@ -32,7 +32,7 @@ enum Outcome {
     Unchanged,
     Unreadable(String),
     Failed(u64, String),
-    Parsed(u64, Vec<Result<Cached, String>>),
+    Parsed(u64, Converted),
 }
 
 /// The objects a file gave, sorted by identity, one per identity.
@@ -200,27 +200,26 @@ impl ManifestSet {
         &mut self,
         c: &files::Candidate,
         hash: u64,
-        docs: Vec<Result<Cached, String>>,
+        docs: Converted,
         touched: &mut BTreeSet<Identity>,
     ) {
         let path = &c.path;
-        let mut skipped = Vec::new();
-        let mut all: Vec<(Identity, Cached)> = Vec::with_capacity(docs.len());
-        for converted in docs {
-            match converted {
-                Ok(cached) => all.push((identity(&cached), cached)),
-                Err(e) => skipped.push(e),
-            }
-        }
-        // One object per identity: the file's last document of it.
+        let mut skipped = docs.skipped;
+        let mut all: Vec<(Identity, Cached)> = docs
+            .objects
+            .into_iter()
+            .map(|cached| (identity(&cached), cached))
+            .collect();
+        // One object per identity: the file's first document of it (as across files, and
+        // as `resolve -f` reads files). The sort is stable: equal identities keep their order.
         all.sort_by(|a, b| a.0.cmp(&b.0));
         let mut objects: Vec<(Identity, Cached)> = Vec::with_capacity(all.len());
         for (id, cached) in all {
             if objects.last().is_some_and(|(last, _)| *last == id) {
-                skipped.push(format!(
-                    "{id} is defined twice in this file; the last one is used"
-                ));
-                objects.pop();
+                skipped.push(|| {
+                    format!("{id} is defined more than once in this file; the first one is used")
+                });
+                continue;
             }
             objects.push((id, cached));
         }
@@ -228,10 +227,11 @@ impl ManifestSet {
         if skipped.is_empty() {
             self.problems.remove(path);
         } else {
-            for s in &skipped {
+            let lines: Vec<String> = skipped.lines().collect();
+            for s in &lines {
                 tracing::warn!(file = %path.display(), "skipped a manifest document: {s}");
             }
-            self.problems.insert(path.clone(), skipped.join("; "));
+            self.problems.insert(path.clone(), lines.join("; "));
         }
         let gone: Vec<Identity> = self
             .tracker
@@ -369,7 +369,7 @@ impl ManifestSet {
 
 /// An object's identity: its uid (the object's own copy, which the index shares too), or a
 /// stand-in without one.
-fn identity(cached: &Cached) -> Identity {
+pub(crate) fn identity(cached: &Cached) -> Identity {
     let meta = cached.meta();
     if meta.uid.is_empty() {
         meta.identity().into()
@@ -378,21 +378,109 @@ fn identity(cached: &Cached) -> Identity {
     }
 }
 
-/// A file's objects, each converted or why not; `Err` when the file does not parse. A
-/// stream of JSON objects is packed while it is parsed (no JSON tree is built); anything
-/// else (YAML, `…List` kinds, a document that is not JSON) is parsed whole first.
-fn convert(text: &str, limits: Limits) -> Result<Vec<Result<Cached, String>>, String> {
-    if let Some(docs) = manifest::json_stream(text) {
-        let packed: Option<Vec<_>> = docs
-            .iter()
-            .map(|doc| Cached::from_json_text(doc, limits).map(Ok))
-            .collect();
-        if let Some(packed) = packed {
-            return Ok(packed);
+/// Messages about one file's documents kept in full; beyond these they are counted.
+pub const MAX_NOTES: usize = 20;
+
+/// Messages about a file's documents: the first [`MAX_NOTES`], and how many more there were.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Notes {
+    /// The first messages.
+    pub first: Vec<String>,
+    /// Messages beyond those, counted only.
+    pub more: usize,
+}
+
+impl Notes {
+    /// Keeps `note` (or counts it when [`MAX_NOTES`] are kept already).
+    pub fn push(&mut self, note: impl FnOnce() -> String) {
+        if self.first.len() < MAX_NOTES {
+            self.first.push(note());
+        } else {
+            self.more += 1;
         }
     }
-    let docs = manifest::parse_documents(text)?;
-    Ok(docs.iter().map(|d| Cached::from_json(d, limits)).collect())
+
+    /// True when there is none.
+    pub fn is_empty(&self) -> bool {
+        self.first.is_empty()
+    }
+
+    /// Every message, and one for the number of the others.
+    pub fn lines(&self) -> impl Iterator<Item = String> + '_ {
+        let more = (self.more > 0).then(|| format!("… and {} more", self.more));
+        self.first.iter().cloned().chain(more)
+    }
+}
+
+/// A file's documents converted: the objects, and why the others were skipped.
+#[derive(Default)]
+pub struct Converted {
+    /// The objects, in document order.
+    pub objects: Vec<Cached>,
+    /// Documents that are not usable objects.
+    pub skipped: Notes,
+}
+
+impl Converted {
+    fn add(&mut self, converted: Result<Cached, String>) {
+        match converted {
+            Ok(c) => self.objects.push(c),
+            Err(e) => self
+                .skipped
+                .push(|| crate::excerpt::printable(&e, crate::excerpt::PARSE_ERROR_BYTES)),
+        }
+    }
+}
+
+/// A file's objects, each converted, and why others were not; `Err` when the file does not
+/// parse. JSON objects (one, or a `---` stream) are packed while they are parsed, and the
+/// items of a JSON `…List` are parsed one at a time (no tree of the whole file is built);
+/// anything else (YAML, a document that is not JSON) is parsed whole first.
+pub(crate) fn convert(text: &str, limits: Limits) -> Result<Converted, String> {
+    if let Some(docs) = manifest::json_stream(text) {
+        let mut out = Converted::default();
+        let mut json = true;
+        for doc in docs {
+            if let Some(cached) = Cached::from_json_text(doc, limits) {
+                out.objects.push(cached);
+                continue;
+            }
+            let mut items = Converted::default();
+            if manifest::json_list_items(doc, &mut |item| {
+                items.add(Cached::from_json(&item, limits));
+            }) {
+                out.objects.append(&mut items.objects);
+                for note in items.skipped.first {
+                    out.skipped.push(|| note);
+                }
+                out.skipped.more += items.skipped.more;
+                continue;
+            }
+            // A document on its own (not a usable object, or not JSON: then the whole file
+            // is read as YAML, as a whole parse would).
+            match serde_json::from_str::<serde_json::Value>(doc) {
+                Ok(value) => {
+                    let mut values = Vec::new();
+                    manifest::flatten(value, &mut values);
+                    for v in &values {
+                        out.add(Cached::from_json(v, limits));
+                    }
+                }
+                Err(_) => {
+                    json = false;
+                    break;
+                }
+            }
+        }
+        if json {
+            return Ok(out);
+        }
+    }
+    let mut out = Converted::default();
+    for d in &manifest::parse_documents(text)? {
+        out.add(Cached::from_json(d, limits));
+    }
+    Ok(out)
 }
 
 /// Reads every object below `path` once (for callers that do not watch): the objects in
@@ -480,22 +568,20 @@ mod tests {
     use super::*;
 
     /// What the whole-parse path gives for `text` (documents parsed to JSON, then converted).
-    fn parsed_whole(text: &str) -> Vec<Result<Cached, String>> {
-        let docs = manifest::parse_documents(text).unwrap();
-        docs.iter()
-            .map(|d| Cached::from_json(d, Limits::default()))
-            .collect()
+    fn parsed_whole(text: &str) -> Converted {
+        let mut out = Converted::default();
+        for d in &manifest::parse_documents(text).unwrap() {
+            out.add(Cached::from_json(d, Limits::default()));
+        }
+        out
     }
 
-    fn assert_same(got: &[Result<Cached, String>], want: &[Result<Cached, String>]) {
-        assert_eq!(got.len(), want.len());
-        for (g, w) in got.iter().zip(want) {
-            match (g, w) {
-                (Ok(g), Ok(w)) => assert!(g.same(w), "{g:?} vs {w:?}"),
-                (Err(g), Err(w)) => assert_eq!(g, w),
-                _ => panic!("{g:?} vs {w:?}"),
-            }
+    fn assert_same(got: &Converted, want: &Converted) {
+        assert_eq!(got.objects.len(), want.objects.len());
+        for (g, w) in got.objects.iter().zip(&want.objects) {
+            assert!(g.same(w), "{g:?} vs {w:?}");
         }
+        assert_eq!(got.skipped, want.skipped);
     }
 
     #[test]
@@ -528,9 +614,12 @@ mod tests {
             pod("x"),
             pod("y")
         );
-        assert_eq!(convert(&list, Limits::default()).unwrap().len(), 2);
+        assert_eq!(convert(&list, Limits::default()).unwrap().objects.len(), 2);
         let nameless = convert("{\"kind\": \"Pod\"}", Limits::default()).unwrap();
-        assert!(matches!(&nameless[..], [Err(e)] if e.contains("no kind or no metadata.name")));
+        assert!(nameless.objects.is_empty());
+        assert!(
+            matches!(&nameless.skipped.first[..], [e] if e.contains("no kind or no metadata.name"))
+        );
     }
 
     #[test]
@@ -538,7 +627,86 @@ mod tests {
         let text = "{\"kind\": \"Pod\", \"apiVersion\": \"v1\", \"metadata\": {\"name\": \"a\"}}\n---\nkind: Pod\napiVersion: v1\nmetadata:\n  name: b\n";
         let got = convert(text, Limits::default()).unwrap();
         assert_same(&got, &parsed_whole(text));
-        assert_eq!(got.len(), 2);
+        assert_eq!(got.objects.len(), 2);
         assert!(convert("{\"kind\": \"Pod\", \"metadata\": {", Limits::default()).is_err());
+    }
+
+    #[test]
+    fn the_same_uid_twice_in_one_file_keeps_the_first_copy_here_and_offline() {
+        let d = std::env::temp_dir().join(format!("kartograf-uid-twice-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let job = |name: &str| {
+            format!(
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: {name}, namespace: ns, uid: same}}\n"
+            )
+        };
+        let text = format!("{}---\n{}---\n{{}}\n", job("first"), job("second"));
+        std::fs::write(d.join("a.yaml"), &text).unwrap();
+        let mut set = ManifestSet::new(&d, Limits::default());
+        set.scan();
+        let current = set.current();
+        assert_eq!(current.len(), 1);
+        assert_eq!(current[0].meta().name, "first");
+        let problems = set.problems();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.message.contains("same is defined more than once")),
+            "{problems:?}"
+        );
+        let snapshot =
+            super::super::offline::Snapshot::load(std::slice::from_ref(&d), Limits::default())
+                .expect("loads");
+        let roots = snapshot
+            .index(&crate::definition::Catalog::default())
+            .objects_where(|_| true);
+        assert_eq!(roots.len(), 1);
+        assert_eq!(roots[0].name, "first");
+        assert!(snapshot.warnings.iter().any(|w| w.contains("same")));
+    }
+
+    #[test]
+    fn messages_about_a_files_documents_are_bounded() {
+        let text = "{}\n---\n".repeat(10_000);
+        let converted = convert(&text, Limits::default()).unwrap();
+        assert!(converted.objects.is_empty());
+        assert_eq!(converted.skipped.first.len(), MAX_NOTES);
+        assert_eq!(converted.skipped.more, 10_000 - MAX_NOTES);
+        let lines: Vec<String> = converted.skipped.lines().collect();
+        assert_eq!(lines.len(), MAX_NOTES + 1);
+        assert!(lines[MAX_NOTES].contains("9980 more"));
+    }
+
+    #[test]
+    fn a_json_list_is_read_item_by_item_as_its_whole_parse() {
+        let item = |n: u32| {
+            format!(
+                r#"{{"apiVersion": "batch/v1", "kind": "Job", "metadata": {{"name": "j{n}", "uid": "u{n}"}}}}"#
+            )
+        };
+        // `kind` after `items` (as kubectl writes it), a nested List, an unusable item.
+        let text = format!(
+            r#"{{"apiVersion": "v1", "items": [{}, {{"kind": "List", "items": [{}]}}, {{}}], "kind": "List", "metadata": {{}}}}"#,
+            item(1),
+            item(2)
+        );
+        let got = convert(&text, Limits::default()).unwrap();
+        assert_same(&got, &parsed_whole(&text));
+        assert_eq!(got.objects.len(), 2);
+        assert_eq!(got.skipped.first.len(), 1);
+        // Not a List kind, or `items` not an array: the document itself, as a whole parse.
+        for other in [
+            format!(
+                r#"{{"kind": "Job", "apiVersion": "batch/v1", "items": [{}], "metadata": {{"name": "x"}}}}"#,
+                item(3)
+            ),
+            r#"{"kind": "JobList", "items": {"a": 1}}"#.to_owned(),
+        ] {
+            assert_same(
+                &convert(&other, Limits::default()).unwrap(),
+                &parsed_whole(&other),
+            );
+        }
     }
 }

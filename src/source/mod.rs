@@ -10,3 +10,4 @@ pub mod files;
 pub mod kube;
 pub mod manifests;
 pub mod offline;
+pub mod read;

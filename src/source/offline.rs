@@ -6,24 +6,32 @@
 use crate::definition::Catalog;
 use crate::expr::Limits;
 use crate::index::{Index, OnDemand};
-use crate::manifest;
 use crate::model::{Cached, ObjectMeta, Pod};
 use crate::resolve::Resolution;
-use crate::source::files;
+use crate::source::{files, manifests};
 use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// Warnings kept by a snapshot; beyond these only their number is (see
+/// [`Snapshot::warnings_dropped`]).
+pub const MAX_WARNINGS: usize = 20;
+
 /// Objects and pods of a cluster at one moment.
 #[derive(Default)]
 pub struct Snapshot {
     /// Every object, by identity; the first document of an identity wins.
     objects: Vec<Cached>,
-    seen: HashMap<String, String>,
-    /// Documents that were skipped or defined twice, owner cycles: with the reason.
+    /// The file (a number into `sources`) of each identity's first document.
+    seen: HashMap<Arc<str>, u32>,
+    sources: Vec<Arc<str>>,
+    /// Documents that were skipped or defined twice, owner cycles: with the reason (the
+    /// first [`MAX_WARNINGS`]).
     pub warnings: Vec<String>,
+    /// Warnings beyond [`MAX_WARNINGS`], counted but not kept.
+    pub warnings_dropped: usize,
     /// The index over `objects` for the catalog last asked about (kept to tell whether the
     /// next catalog holds the same definitions).
     index: Mutex<Option<(Catalog, Arc<Index>)>>,
@@ -44,9 +52,11 @@ pub enum SnapshotError {
 }
 
 impl Snapshot {
-    /// Reads every manifest file in `paths` (files or directories; each file once, through
-    /// link loops). An unreadable or unparseable file is an error; a document that is not a
-    /// usable object is a warning.
+    /// Reads every manifest file in `paths` (files or directories, walked as `serve` walks
+    /// them: each file once through link loops, special files skipped with a warning, reads
+    /// bounded). An unreadable or unparseable file is an error; a document that is not a
+    /// usable object is a warning. The same identity twice keeps its first document, in one
+    /// file as across files (as `serve` does).
     pub fn load(paths: &[PathBuf], limits: Limits) -> Result<Snapshot, String> {
         let mut snapshot = Snapshot::default();
         for path in paths {
@@ -54,27 +64,32 @@ impl Snapshot {
             if !walk.exists {
                 return Err(format!("{}: no such file or directory", path.display()));
             }
+            for problem in walk.problems {
+                snapshot.warn(problem);
+            }
             if walk.files.is_empty() {
                 return Err(format!("{}: no .yaml, .yml or .json files", path.display()));
             }
-            snapshot.warnings.extend(walk.problems);
             // Read, parse and convert on every core; add in file order.
             let read = files::parallel_map(walk.files, |(file, _)| {
                 let source = file.display().to_string();
-                let docs = std::fs::read_to_string(&file)
+                let converted = files::read_text(&file)
                     .map_err(|e| format!("{source}: {e}"))
                     .and_then(|text| {
-                        manifest::parse_documents(&text).map_err(|e| format!("{source}: {e}"))
+                        manifests::convert(&text, limits).map_err(|e| format!("{source}: {e}"))
                     })?;
-                let converted: Vec<Result<Cached, String>> =
-                    docs.iter().map(|d| Cached::from_json(d, limits)).collect();
                 Ok::<_, String>((source, converted))
             });
             for result in read {
                 let (source, converted) = result?;
-                for c in converted {
-                    snapshot.add_converted(c, &source);
+                let file = snapshot.source(&source);
+                for c in converted.objects {
+                    snapshot.add_converted(Ok(c), file);
                 }
+                for note in converted.skipped.first {
+                    snapshot.warn(format!("{source}: skipped a document: {note}"));
+                }
+                snapshot.warnings_dropped += converted.skipped.more;
             }
         }
         Ok(snapshot)
@@ -83,30 +98,48 @@ impl Snapshot {
     /// Adds one object or pod; unusable documents become warnings. An identity seen before
     /// keeps its first document (a warning names both sources).
     pub fn add(&mut self, doc: &Json, limits: Limits, source: &str) {
-        self.add_converted(Cached::from_json(doc, limits), source);
+        let file = self.source(source);
+        self.add_converted(Cached::from_json(doc, limits), file);
     }
 
-    /// [`Snapshot::add`] of an already converted document.
-    fn add_converted(&mut self, converted: Result<Cached, String>, source: &str) {
+    /// The number of `source` (the last one, or a new one).
+    fn source(&mut self, source: &str) -> u32 {
+        if self.sources.last().is_none_or(|s| **s != *source) {
+            self.sources.push(source.into());
+        }
+        u32::try_from(self.sources.len() - 1).unwrap_or(u32::MAX)
+    }
+
+    /// Keeps a warning (the first [`MAX_WARNINGS`]; the others are counted).
+    fn warn(&mut self, warning: String) {
+        if self.warnings.len() < MAX_WARNINGS {
+            self.warnings.push(warning);
+        } else {
+            self.warnings_dropped += 1;
+        }
+    }
+
+    /// [`Snapshot::add`] of an already converted document from source number `file`.
+    fn add_converted(&mut self, converted: Result<Cached, String>, file: u32) {
+        let source = self.sources[file as usize].clone();
         match converted {
             Ok(cached) => {
-                let meta = cached.meta();
-                let identity = meta.identity();
+                let identity = manifests::identity(&cached);
                 if let Some(first) = self.seen.get(&identity) {
-                    self.warnings.push(format!(
+                    let first = self.sources[*first as usize].clone();
+                    let meta = cached.meta();
+                    self.warn(format!(
                         "{source}: {}/{} (uid {identity}) is also in {first}; the copy in {first} is used (remove one, or give them different uids)",
                         meta.kind,
                         meta.key(),
                     ));
                     return;
                 }
-                self.seen.insert(identity, source.to_owned());
+                self.seen.insert(identity, file);
                 self.objects.push(cached);
                 *self.index.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }
-            Err(e) => self
-                .warnings
-                .push(format!("{source}: skipped a document: {e}")),
+            Err(e) => self.warn(format!("{source}: skipped a document: {e}")),
         }
     }
 
@@ -223,7 +256,15 @@ impl Snapshot {
     /// apart: `-n`, the API group, or passing only one file.
     fn ambiguity(&self, matches: &[ObjectMeta]) -> String {
         let describe = |m: &ObjectMeta| {
-            let file = self.seen.get(&m.identity()).map_or("", String::as_str);
+            let identity: Arc<str> = if m.uid.is_empty() {
+                m.identity().into()
+            } else {
+                m.uid.clone()
+            };
+            let file = self
+                .seen
+                .get(&identity)
+                .map_or("", |f| &*self.sources[*f as usize]);
             let uid = if m.uid.is_empty() {
                 String::new()
             } else {

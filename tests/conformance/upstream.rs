@@ -14,7 +14,8 @@ pub fn definitions_root() -> PathBuf {
 /// Every upstream definition file, parsed and compiled; with the errors of those that fail.
 pub fn load_all() -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
     let root = definitions_root();
-    let files = load::definition_files(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+    let (files, problems) = load::definition_files(&root);
+    assert!(problems.is_empty(), "{}: {problems:?}", root.display());
     let mut parsed = Vec::new();
     let mut errors = Vec::new();
     for file in &files {
