@@ -55,6 +55,12 @@ pub fn printable(text: &str, max: usize) -> String {
     out
 }
 
+/// The parse error for a duplicate object key (the key as a bounded, printable excerpt):
+/// JSON and YAML documents alike fail on one.
+pub fn duplicate_key<E: serde::de::Error>(key: &str) -> E {
+    E::custom(format!("duplicate key `{}`", printable(key, ECHO_BYTES)))
+}
+
 /// Cuts `text` in place to [`excerpt`]`(text, max)`.
 pub fn bound(text: &mut String, max: usize) {
     if text.len() > max {

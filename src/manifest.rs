@@ -1,7 +1,80 @@
 //! Reading Kubernetes manifests: YAML (several `---` documents) or JSON, with `List` kinds
 //! flattened. Used for definition files and for cluster snapshots.
 
-use serde_json::Value;
+use crate::excerpt::duplicate_key;
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// A JSON value read with one rule that YAML reading has too: a duplicate key in an object
+/// is an error (naming the key), not a silent "last one wins". Every JSON document a
+/// stranger hands over (manifest files, inline objects) is read this way.
+pub struct Strict(pub Value);
+
+/// Parses JSON text as a [`Strict`] value.
+pub fn from_json_strict(text: &str) -> Result<Value, serde_json::Error> {
+    serde_json::from_str::<Strict>(text).map(|s| s.0)
+}
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Strict, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Strict::deserialize(d).map(|s| s.0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Strict(value) = map.next_value()?;
+            if object.contains_key(&key) {
+                return Err(duplicate_key(&key));
+            }
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
 
 /// Parses text into its documents. JSON is tried first when the text starts with `{` or `[`;
 /// empty documents are skipped; any `kind` ending in `List` with an `items` array is
@@ -9,7 +82,7 @@ use serde_json::Value;
 pub fn parse_documents(text: &str) -> Result<Vec<Value>, String> {
     let trimmed = text.trim_start();
     let docs: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        match serde_json::from_str::<Value>(trimmed) {
+        match from_json_strict(trimmed) {
             Ok(Value::Array(items)) => items,
             Ok(v) => vec![v],
             Err(_) => parse_yaml(text)?,
@@ -32,7 +105,7 @@ pub fn parse_documents(text: &str) -> Result<Vec<Value>, String> {
 fn parse_json_stream(text: &str) -> Option<Vec<Value>> {
     json_stream(text)?
         .into_iter()
-        .map(|doc| serde_json::from_str::<Value>(doc).ok())
+        .map(|doc| from_json_strict(doc).ok())
         .collect()
 }
 
@@ -108,7 +181,8 @@ impl<'de> serde::de::Visitor<'de> for ListVisitor<'_> {
                     })?;
                     items += 1;
                 }
-                // The last of duplicate keys decides, as in a whole parse.
+                // A duplicate key fails the list, so that the whole parse reports it.
+                "kind" if kind.is_some() => return Err(duplicate_key("kind")),
                 "kind" => kind = Some(map.next_value()?),
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
@@ -146,7 +220,7 @@ impl<'de> serde::de::Visitor<'de> for ItemsSeed<'_> {
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let mut flat = Vec::new();
-        while let Some(item) = seq.next_element::<Value>()? {
+        while let Some(Strict(item)) = seq.next_element::<Strict>()? {
             flatten(item, &mut flat);
             flat.drain(..).for_each(&mut *self.each);
         }
@@ -216,6 +290,22 @@ mod tests {
         assert!(
             parse_documents("a: 1\na: 2\n").is_err(),
             "duplicate keys are rejected"
+        );
+        // One rule for JSON: a duplicate key fails the document, at any depth, in a lone
+        // document, an array, a `---` stream and a List's items.
+        for text in [
+            r#"{"a": 1, "a": 2}"#,
+            r#"[{"b": {"c": 1, "c": 1}}]"#,
+            "---\n{\"a\": 1}\n---\n{\"x\": {\"k\": 1, \"k\": 2}}\n",
+            r#"{"kind": "List", "items": [{"a": 1, "a": 1}]}"#,
+        ] {
+            let e = parse_documents(text).expect_err(text);
+            assert!(e.to_lowercase().contains("duplicate"), "{text}: {e}");
+        }
+        let e = from_json_strict(r#"{"a": {"k\u0000\n": 1, "k\u0000\n": 2}}"#).unwrap_err();
+        assert!(
+            e.to_string().contains("duplicate key `k\\u{0}\\u{a}`"),
+            "{e}"
         );
     }
 

@@ -261,8 +261,8 @@ impl Cached {
             parser.end().ok()?;
             Cached::from_parsed(parsed, false).ok()
         };
-        // The rule is chosen by a glance at the text; the parsed object decides (a later
-        // duplicate `kind` wins there), and is packed again in the rare case they differ.
+        // The rule is chosen by a glance at the text; the parsed object decides (an escaped
+        // `kind`), and is packed again in the rare case they differ.
         let (api_version, kind) = super::peek::type_of(text);
         if kind.is_some_and(|k| k.ends_with("List")) {
             return None;
@@ -721,7 +721,7 @@ mod tests {
     }
 
     #[test]
-    fn the_last_of_duplicate_or_escaped_type_fields_decides_as_in_a_parse() {
+    fn duplicate_keys_are_left_to_the_whole_parse_and_escaped_type_fields_decide() {
         let pod = |kind: &str| {
             format!(
                 r#"{{"kind": "Pod", "apiVersion": "v1", "kind": {kind},
@@ -729,17 +729,22 @@ mod tests {
                 "spec": {{"containers": [{{"name": "c", "env": [{{"name": "E", "value": "x"}}]}}]}}}}"#
             )
         };
+        // A duplicate key fails the packed parse; the whole parse refuses it too, naming it.
         let text = pod(r#""Deployment""#);
-        let object = agree(
-            &serde_json::from_str(&text).unwrap(),
-            &text,
-            Limits::default(),
-        );
-        assert!(matches!(object, Cached::Object(_)), "{object:?}");
-        let text = pod(r#""P\u006fd""#);
+        assert!(Cached::from_json_text(&text, Limits::default()).is_none());
+        let e = crate::manifest::parse_documents(&text).expect_err("duplicate `kind`");
+        assert!(e.contains("duplicate") && e.contains("kind"), "{e}");
+        // Also below the top, among kept fields.
+        let text = r#"{"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "uid": "u",
+            "labels": {"a": "1", "a": "2"}}}"#;
+        assert!(Cached::from_json_text(text, Limits::default()).is_none());
+        // An escaped type field is read as what it says.
+        let text = r#"{"kind": "P\u006fd", "apiVersion": "v1",
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "env": [{"name": "E", "value": "x"}]}]}}"#;
         let again = agree(
-            &serde_json::from_str(&text).unwrap(),
-            &text,
+            &serde_json::from_str(text).unwrap(),
+            text,
             Limits::default(),
         );
         assert!(matches!(again, Cached::Pod(_)), "{again:?}");
@@ -748,7 +753,7 @@ mod tests {
             max_bytes: 64,
             ..Limits::default()
         };
-        let big = agree(&serde_json::from_str(&text).unwrap(), &text, limits);
+        let big = agree(&serde_json::from_str(text).unwrap(), text, limits);
         assert!(
             matches!(&big, Cached::Pod(p) if p.problem.is_some()),
             "{big:?}"

@@ -1,6 +1,6 @@
 //! A glance at a JSON object's text: its first top-level `apiVersion` and `kind`, read
 //! without parsing the rest, so the rule of what is kept can be chosen before the object is
-//! packed while parsed. Only a guess: the parse is the truth (a later duplicate key wins
+//! packed while parsed. Only a guess: the parse is the truth (a duplicate key fails it
 //! there, an escaped string is not read here), and callers check it.
 
 /// The first top-level `apiVersion` and `kind` string values of `text` (an object), each
@@ -113,7 +113,7 @@ mod tests {
         let text = r#" { "spec": {"kind": "X", "a": [1, {"apiVersion": "no"}], "s": "}\"]{"},
             "n": -1.5e3, "t": true, "kind" : "Job", "z": null, "apiVersion":"batch/v1" }"#;
         assert_eq!(type_of(text), (Some("batch/v1"), Some("Job")));
-        // The first of duplicates (the parse keeps the last: callers check).
+        // The first of duplicates (the parse refuses the document: callers check).
         assert_eq!(
             type_of(r#"{"kind": "Pod", "kind": "PodList"}"#),
             (None, Some("Pod"))

@@ -100,7 +100,7 @@ pub(super) fn resolve_inline(
 }
 
 fn parse_json(text: &str, what: &str) -> Result<serde_json::Value, Status> {
-    serde_json::from_str(text)
+    crate::manifest::from_json_strict(text)
         .map_err(|e| Status::invalid_argument(format!("{what} is not valid JSON: {e}")))
 }
 

@@ -458,7 +458,7 @@ pub(crate) fn convert(text: &str, limits: Limits) -> Result<Converted, String> {
             }
             // A document on its own (not a usable object, or not JSON: then the whole file
             // is read as YAML, as a whole parse would).
-            match serde_json::from_str::<serde_json::Value>(doc) {
+            match manifest::from_json_strict(doc) {
                 Ok(value) => {
                     let mut values = Vec::new();
                     manifest::flatten(value, &mut values);

@@ -2,8 +2,9 @@
 //! straight into the packed form, without building a `serde_json::Value` first.
 //!
 //! The bytes are those [`Packed::pack`] writes for the same document parsed whole (the
-//! projection, each field's rule refined by what the field holds, keys sorted, the last of
-//! duplicate keys kept, numbers normalized). Object entries are written as they are parsed
+//! projection, each field's rule refined by what the field holds, keys sorted, numbers
+//! normalized). A duplicate key among the fields kept fails the parse (as a strict whole
+//! parse fails); duplicates among dropped fields are not looked for. Object entries are written as they are parsed
 //! and put in key order when the object ends (one copy per nesting level); dropped fields
 //! are skipped by the parser. Limits are not enforced while parsing: the document is packed
 //! whole and [`Parsed::over`] tells whether it is beyond them, so a caller can still read
@@ -61,6 +62,7 @@ impl<'de> DeserializeSeed<'de> for PackSeed<'_> {
                 deepest: 0,
                 capture,
                 captured: vec![None; capture.len()],
+                duplicate: None,
             };
             let all = if capture.is_empty() {
                 0
@@ -75,6 +77,9 @@ impl<'de> DeserializeSeed<'de> for PackSeed<'_> {
                 capture: all,
             }
             .deserialize(d)?;
+            if let Some(key) = &state.duplicate {
+                return Err(crate::excerpt::duplicate_key(key));
+            }
             (state.out, state.spent, state.deepest, state.captured)
         };
         learn(missing);
@@ -129,6 +134,8 @@ struct State<'k, 'c> {
     deepest: usize,
     capture: &'c [&'c [&'c str]],
     captured: Vec<Option<String>>,
+    /// The first duplicate key found among kept fields.
+    duplicate: Option<String>,
 }
 
 /// How a value's rule depends on what the value is (see `field_rule` in the parent module).
@@ -406,7 +413,10 @@ impl Node<'_, '_, '_, '_> {
                 .get(i + 1)
                 .is_none_or(|n| text(n) != text(&entries[i]));
             if !last_of_key {
-                // A duplicate key: the later value replaces it.
+                // A duplicate key: the parse fails (after this object is written whole).
+                if st.duplicate.is_none() {
+                    st.duplicate = Some(text(&entries[i]).to_owned());
+                }
                 st.spent -= entries[i].spent;
                 entries[i].kept = false;
             } else if entries[i].kept {
@@ -539,7 +549,7 @@ mod tests {
         ("shape", Keep::Shape(&[("gone", Keep::Drop)], &Keep::All)),
     ]);
 
-    fn parse(text: &str, keep: &Keep, limits: Limits) -> Parsed {
+    fn try_parse(text: &str, keep: &Keep, limits: Limits) -> Result<Parsed, serde_json::Error> {
         let mut d = serde_json::Deserializer::from_str(text);
         PackSeed {
             keep,
@@ -547,20 +557,46 @@ mod tests {
             capture: &[],
         }
         .deserialize(&mut d)
-        .unwrap()
     }
 
-    /// Packing while parsing `text` gives the bytes `Packed::pack` gives for it parsed whole.
+    fn parse(text: &str, keep: &Keep, limits: Limits) -> Parsed {
+        try_parse(text, keep, limits).unwrap()
+    }
+
+    /// Packing while parsing `text` gives the bytes `Packed::pack` gives for it parsed whole;
+    /// or, when `text` has a duplicate key among the fields `keep` keeps, fails naming it.
     fn assert_same(text: &str, keep: &Keep) {
         let json: Json = serde_json::from_str(text).unwrap();
+        let strict = crate::manifest::from_json_strict(text);
         // Both write known keys as ids once the key table has them.
         let _ = Packed::pack(&json, keep, Limits::default());
-        let _ = parse(text, keep, Limits::default());
+        let _ = try_parse(text, keep, Limits::default());
         let whole = Packed::pack(&json, keep, Limits::default()).unwrap();
-        let streamed = parse(text, keep, Limits::default());
+        let streamed = match try_parse(text, keep, Limits::default()) {
+            Ok(streamed) => streamed,
+            Err(e) => {
+                assert!(strict.is_err(), "{text}: {e}");
+                assert!(e.to_string().contains("duplicate key"), "{text}: {e}");
+                return;
+            }
+        };
         assert_eq!(streamed.over, None, "{text}");
         assert_eq!(streamed.packed.to_json(), whole.to_json(), "{text}");
         assert_eq!(streamed.packed, whole, "{text}");
+    }
+
+    #[test]
+    fn a_duplicate_key_among_kept_fields_fails_the_parse() {
+        for (text, keep) in [
+            (r#"{"dup": 1, "dup": {"x": 2}}"#, &Keep::All),
+            (r#"{"spec": "first", "spec": {"x": 1}}"#, &RULE),
+            (r#"{"spec": {"x": 1, "x": 2, "w": 3}}"#, &RULE),
+        ] {
+            let e = try_parse(text, keep, Limits::default()).expect_err(text);
+            assert!(e.to_string().contains("duplicate key"), "{text}: {e}");
+        }
+        // A field the rule drops is never looked at.
+        assert!(try_parse(r#"{"kind": "K", "z": 1, "z": 2}"#, &RULE, Limits::default()).is_ok());
     }
 
     #[test]
