@@ -8,15 +8,21 @@
 //!   token of the `--auth-tokens` file that has the `metrics` scope (or `*`): 401 without a
 //!   known token, 403 for a token without the scope. `/livez` and `/readyz` stay open.
 //! - anything else: 404.
+//!
+//! At most [`MAX_CONNECTIONS`] connections are open at once (more are closed at once); a
+//! request's head must arrive within the header read timeout (`--handshake-timeout`, also
+//! between requests on a kept-alive connection), and a connection on which no byte moved for
+//! `--idle-timeout` is closed.
 
 use crate::metrics::CONTENT_TYPE;
-use crate::server::{Shared, Tokens};
+use crate::server::{Shared, Tokens, conn};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The answer to one admin request, with `/metrics` open.
 pub fn route(shared: &Shared, path: &str) -> Response<Full<Bytes>> {
@@ -94,6 +100,28 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     response
 }
 
+/// Connections the admin port keeps open at once; more are accepted and closed at once.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// The admin port's connection bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// A request's head must arrive within this (also between requests on a kept-alive
+    /// connection).
+    pub header_read_timeout: Duration,
+    /// A connection on which no byte moved for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_read_timeout: crate::server::DEFAULT_HANDSHAKE_TIMEOUT,
+            idle_timeout: crate::server::DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
+
 /// Serves the admin port on an already bound listener until the task is dropped or aborted.
 pub async fn serve(listener: tokio::net::TcpListener, shared: Shared) {
     serve_guarded(listener, shared, None).await
@@ -106,16 +134,26 @@ pub async fn serve_guarded(
     shared: Shared,
     metrics_tokens: Option<Arc<Tokens>>,
 ) {
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                tracing::warn!(error = %e, "admin port: accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    serve_limited(listener, shared, metrics_tokens, Limits::default()).await
+}
+
+/// [`serve_guarded`] with these connection bounds.
+pub async fn serve_limited(
+    listener: tokio::net::TcpListener,
+    shared: Shared,
+    metrics_tokens: Option<Arc<Tokens>>,
+    limits: Limits,
+) {
+    let gate = conn::Gate::admin(conn::Limits {
+        max_connections: MAX_CONNECTIONS,
+        handshake: limits.header_read_timeout,
+        idle: limits.idle_timeout,
+        watch_stall: limits.idle_timeout,
+    });
+    let incoming = conn::incoming(listener, gate, "admin");
+    let mut incoming = std::pin::pin!(incoming);
+    while let Some(accepted) = futures::StreamExt::next(&mut incoming).await {
+        let Ok(stream) = accepted else { continue };
         let shared = shared.clone();
         let tokens = metrics_tokens.clone();
         tokio::spawn(async move {
@@ -156,6 +194,8 @@ pub async fn serve_guarded(
                     }
                 });
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });

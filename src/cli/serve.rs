@@ -116,6 +116,23 @@ pub struct Args {
     /// HTTP/2 streams per connection (each Watch is one).
     #[arg(long, env = "KARTOGRAF_MAX_CONCURRENT_STREAMS", default_value_t = 2048)]
     pub max_concurrent_streams: u32,
+    /// gRPC connections open at once; more are accepted and closed at once (the admin port
+    /// keeps at most 256).
+    #[arg(long, env = "KARTOGRAF_MAX_CONNECTIONS", default_value_t = server::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Time a new gRPC connection has to send the HTTP/2 preface, and an admin request to
+    /// send its head (also between requests on a kept-alive admin connection).
+    #[arg(long, env = "KARTOGRAF_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = super::resolve::parse_duration)]
+    pub handshake_timeout: Duration,
+    /// A gRPC connection without an open request (open Watch streams count, however quiet),
+    /// or an admin connection on which no byte moved, is closed after this long.
+    #[arg(long, env = "KARTOGRAF_IDLE_TIMEOUT", default_value = "5m", value_parser = super::resolve::parse_duration)]
+    pub idle_timeout: Duration,
+    /// A Watch subscriber whose events wait this long for its client to take them is cut
+    /// off: with RESOURCE_EXHAUSTED if it reads again, with its connection after twice this
+    /// long if it does not. It reconnects and resumes with since_revision.
+    #[arg(long, env = "KARTOGRAF_WATCH_STALL_TIMEOUT", default_value = "30s", value_parser = super::resolve::parse_duration)]
+    pub watch_stall_timeout: Duration,
     /// On SIGTERM, how long to keep answering (health already NOT_SERVING, Watch streams
     /// ended) before closing connections; the process exits within 10 s regardless.
     #[arg(long, env = "KARTOGRAF_SHUTDOWN_DELAY", default_value = "1s", value_parser = super::resolve::parse_duration)]
@@ -247,10 +264,14 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let admin = tokio::spawn(crate::admin::serve_guarded(
+    let admin = tokio::spawn(crate::admin::serve_limited(
         admin_listener,
         shared.clone(),
         metrics_tokens,
+        crate::admin::Limits {
+            header_read_timeout: positive(args.handshake_timeout),
+            idle_timeout: positive(args.idle_timeout),
+        },
     ));
     let admin_watch = admin.abort_handle();
     let settings = Settings {
@@ -275,6 +296,10 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
                 client_ca: args.tls_client_ca.clone(),
             }),
         tokens,
+        max_connections: args.max_connections,
+        handshake_timeout: positive(args.handshake_timeout),
+        idle_timeout: positive(args.idle_timeout),
+        watch_stall_timeout: positive(args.watch_stall_timeout),
     };
     let mut server = tokio::spawn(server::serve(listener, shared, settings));
     // A server that stops on its own (bad TLS files, a failed listener) ends the process
@@ -461,6 +486,11 @@ impl Tasks {
 
 fn nonzero(d: Duration) -> Option<Duration> {
     (!d.is_zero()).then_some(d)
+}
+
+/// A connection bound: at least 100 ms (0 would close every connection at once).
+fn positive(d: Duration) -> Duration {
+    d.max(Duration::from_millis(100))
 }
 
 async fn wait_for_signal() {

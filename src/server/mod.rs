@@ -4,15 +4,18 @@
 
 mod admission;
 pub mod auth;
+pub mod conn;
 mod definitions;
 pub mod evaluations;
 mod observe;
+mod open;
 mod paging;
 mod resolver;
 mod routes;
 mod store;
 pub mod validate;
 mod watch;
+mod watch_body;
 mod wire;
 
 pub use admission::Admission;
@@ -102,7 +105,26 @@ pub struct Settings {
     pub tls: Option<TlsFiles>,
     /// Require bearer tokens from this set (`None`: no authentication).
     pub tokens: Option<Arc<Tokens>>,
+    /// Connections open at once; more are accepted and closed at once.
+    pub max_connections: usize,
+    /// Time a new connection has to send the HTTP/2 preface.
+    pub handshake_timeout: Duration,
+    /// A connection without an open request is closed after this long.
+    pub idle_timeout: Duration,
+    /// A Watch stream whose events wait this long for the client to take them ends with
+    /// RESOURCE_EXHAUSTED when it is next polled; one still waiting after twice this long
+    /// closes its connection.
+    pub watch_stall_timeout: Duration,
 }
+
+/// Default of [`Settings::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Default of [`Settings::handshake_timeout`] (and of the admin port's header read timeout).
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of [`Settings::idle_timeout`] (and of the admin port's).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default of [`Settings::watch_stall_timeout`].
+pub const DEFAULT_WATCH_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// PEM files for TLS; with `client_ca`, clients must present a certificate it signed (mTLS).
 #[derive(Debug, Clone)]
@@ -131,6 +153,10 @@ impl Default for Settings {
             shutdown_delay: Duration::from_secs(1),
             tls: None,
             tokens: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            watch_stall_timeout: DEFAULT_WATCH_STALL_TIMEOUT,
         }
     }
 }
@@ -240,15 +266,13 @@ pub async fn serve(
             .max_decoding_message_size(settings.max_message_bytes);
     let mut shutdown = shared.shutdown.clone();
     let drain = settings.shutdown_delay;
-    // Responses span several segments: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms.
-    let incoming = tokio_stream::StreamExt::map(
-        tokio_stream::wrappers::TcpListenerStream::new(listener),
-        |s| {
-            s.inspect(|stream| {
-                let _ = stream.set_nodelay(true);
-            })
-        },
-    );
+    let gate = conn::Gate::grpc(conn::Limits {
+        max_connections: settings.max_connections,
+        handshake: settings.handshake_timeout,
+        idle: settings.idle_timeout,
+        watch_stall: settings.watch_stall_timeout,
+    });
+    let incoming = conn::incoming(listener, gate, "gRPC");
     let mut builder = tonic::transport::Server::builder()
         .timeout(settings.request_timeout)
         .http2_keepalive_interval(settings.keepalive_interval)
@@ -264,6 +288,7 @@ pub async fn serve(
     let result = builder
         .layer(
             tower::ServiceBuilder::new()
+                .layer(open::OpenLayer)
                 .layer(observe::RpcLayer::new(shared.metrics.clone()))
                 .layer(Admission::new(
                     settings.concurrency_limit,

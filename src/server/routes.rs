@@ -2,12 +2,15 @@
 //! [`FrameCodec`] (shared pre-encoded graphs); every other method goes to the generated
 //! server.
 
+use super::conn::conn_of;
 use super::resolver::ResolverService;
+use super::watch::FrameStream;
+use super::watch_body::WatchBody;
 use super::wire::{FrameCodec, ResolveFrame, WatchFrame};
 use crate::proto::v1 as pb;
 use pb::workload_resolver_server::{SERVICE_NAME, WorkloadResolverServer};
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tonic::codegen::{Body, BoxFuture, StdError, http};
 use tonic::server::{Grpc, NamedService};
@@ -71,13 +74,33 @@ where
                 Ok(grpc.unary(method, req).await)
             }),
             WATCH => Box::pin(async move {
+                // tonic decodes the request and writes the response head (or the error);
+                // the events go out through a `WatchBody`, which shares graph encodings
+                // instead of copying them into tonic's buffers.
+                let stall = conn_of(&req).map(|c| (c.watch(), c.watch_stall()));
+                let started: Arc<Mutex<Option<FrameStream>>> = Arc::default();
+                let slot = started.clone();
                 let method = tower::service_fn(move |r: Request<pb::WatchRequest>| {
                     let service = service.clone();
-                    async move { service.watch_frames(r.into_inner()).map(Response::new) }
+                    let slot = slot.clone();
+                    async move {
+                        let frames = service.watch_frames(r.into_inner())?;
+                        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(frames);
+                        Ok(Response::new(futures::stream::empty::<
+                            Result<WatchFrame, Status>,
+                        >()))
+                    }
                 });
                 let mut grpc = Grpc::new(FrameCodec::<WatchFrame, pb::WatchRequest>::default())
                     .apply_max_message_size_config(limit, None);
-                Ok(grpc.server_streaming(method, req).await)
+                let response = grpc.server_streaming(method, req).await;
+                let frames = started.lock().unwrap_or_else(|e| e.into_inner()).take();
+                Ok(match frames {
+                    Some(frames) => {
+                        response.map(|_| tonic::body::Body::new(WatchBody::new(frames, stall)))
+                    }
+                    None => response,
+                })
             }),
             _ => tower::Service::call(&mut self.generated, req),
         }

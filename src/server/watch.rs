@@ -4,18 +4,21 @@
 //! flow control is full), changes pile up only in the shared, bounded history and reach it
 //! coalesced to the latest graph per workload. A subscriber that falls out of the history
 //! gets RESET and a fresh snapshot. A resumed subscriber gets SYNCED after its catch-up, as
-//! a new one after its snapshot, so that either knows when it is current. Nobody waits for a slow subscriber. Events carry each
-//! graph version's shared encoding: a change is encoded once per view, whatever the number
-//! of subscribers.
+//! a new one after its snapshot, so that either knows when it is current. Nobody waits for a
+//! slow subscriber. Events carry each graph version's shared encoding: a change is encoded
+//! once per view, whatever the number of subscribers, and a snapshot waits as graph
+//! references until it is sent. The transport sends the frames through
+//! [`super::watch_body::WatchBody`], which also cuts off subscribers that stop reading.
 
 use super::Shared;
 use super::wire::WatchFrame;
-use crate::index::Filter;
+use crate::index::{Filter, Published};
 use crate::metrics::WatchSubscription;
 use crate::proto::v1 as pb;
 use futures::Stream;
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio_stream::wrappers::WatchStream as Signal;
 use tonic::Status;
@@ -43,6 +46,13 @@ pub fn start(shared: Shared, filter: Filter, since: u64, view_kind: i32) -> Fram
     })
 }
 
+/// What a subscriber has read from the index and not yet handed out: frames, or the rest of
+/// a snapshot (a graph reference each, turned into a frame when it is handed out).
+enum Queued {
+    Frame(WatchFrame),
+    Snapshot(std::vec::IntoIter<Arc<Published>>),
+}
+
 /// One subscriber's state between polls.
 struct Subscriber {
     shared: Shared,
@@ -54,7 +64,7 @@ struct Subscriber {
     /// True until the catch-up of a resumed subscriber is queued (SYNCED follows it).
     resuming: bool,
     /// Frames read from the index, not yet handed to the transport.
-    pending: VecDeque<WatchFrame>,
+    pending: VecDeque<Queued>,
     /// Wakes the stream on each new index revision.
     revisions: Signal<u64>,
     /// Wakes the stream when the server starts shutting down.
@@ -68,14 +78,37 @@ impl Subscriber {
     fn snapshot(&mut self) -> u64 {
         self.resuming = false;
         let (all, revision) = self.shared.store.board().snapshot(&self.filter);
-        self.pending.extend(all.iter().map(|w| WatchFrame {
-            kind: pb::EventType::Added as i32,
-            revision: w.revision,
-            workload: Some(w.encoded(self.view_kind)),
-        }));
-        self.pending
-            .push_back(WatchFrame::bare(pb::EventType::Synced, revision));
+        self.pending.push_back(Queued::Snapshot(all.into_iter()));
+        self.queue(WatchFrame::bare(pb::EventType::Synced, revision));
         revision
+    }
+
+    fn queue(&mut self, frame: WatchFrame) {
+        self.pending.push_back(Queued::Frame(frame));
+    }
+
+    /// The next frame to hand out, if any.
+    fn next_frame(&mut self) -> Option<WatchFrame> {
+        loop {
+            match self.pending.front_mut()? {
+                Queued::Snapshot(rest) => match rest.next() {
+                    Some(w) => {
+                        return Some(WatchFrame {
+                            kind: pb::EventType::Added as i32,
+                            revision: w.revision,
+                            workload: Some(w.encoded(self.view_kind)),
+                        });
+                    }
+                    None => {
+                        self.pending.pop_front();
+                    }
+                },
+                Queued::Frame(_) => match self.pending.pop_front() {
+                    Some(Queued::Frame(f)) => return Some(f),
+                    _ => return None,
+                },
+            }
+        }
     }
 
     /// Queues what the subscriber needs to be current now (RESET and a snapshot when its
@@ -88,20 +121,21 @@ impl Subscriber {
             .changes_since_counted(cursor, &self.filter)
         {
             None => {
-                self.pending
-                    .push_back(WatchFrame::bare(pb::EventType::Reset, cursor));
+                self.queue(WatchFrame::bare(pb::EventType::Reset, cursor));
                 self.snapshot()
             }
             Some((changes, revision, coalesced)) => {
                 self.shared.metrics.watch_coalesced(coalesced);
-                self.pending.extend(changes.into_iter().map(|c| WatchFrame {
-                    kind: c.kind as i32,
-                    revision: c.revision,
-                    workload: Some(c.workload.encoded(self.view_kind)),
+                let view = self.view_kind;
+                self.pending.extend(changes.into_iter().map(|c| {
+                    Queued::Frame(WatchFrame {
+                        kind: c.kind as i32,
+                        revision: c.revision,
+                        workload: Some(c.workload.encoded(view)),
+                    })
                 }));
                 if std::mem::take(&mut self.resuming) {
-                    self.pending
-                        .push_back(WatchFrame::bare(pb::EventType::Synced, revision));
+                    self.queue(WatchFrame::bare(pb::EventType::Synced, revision));
                 }
                 revision
             }
@@ -118,7 +152,7 @@ impl Stream for Subscriber {
             if this.done {
                 return Poll::Ready(None);
             }
-            if let Some(frame) = this.pending.pop_front() {
+            if let Some(frame) = this.next_frame() {
                 return Poll::Ready(Some(Ok(frame)));
             }
             let cursor = match this.cursor {

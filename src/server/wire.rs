@@ -51,6 +51,42 @@ impl WatchFrame {
     }
 }
 
+impl WatchFrame {
+    /// Appends the message's encoding up to the workload's bytes (the whole message when
+    /// it has no workload): with the workload after it, the same bytes as
+    /// [`Frame::encode_to`].
+    pub fn encode_head(&self, buf: &mut impl BufMut) {
+        if self.kind != 0 {
+            put_key(buf, 1, VARINT);
+            put_varint(buf, i64::from(self.kind) as u64);
+        }
+        if self.revision != 0 {
+            put_key(buf, 2, VARINT);
+            put_varint(buf, self.revision);
+        }
+        if let Some(w) = &self.workload {
+            put_key(buf, 3, LEN);
+            put_varint(buf, w.len() as u64);
+        }
+    }
+
+    /// Length of the message's encoding.
+    pub fn encoded_len(&self) -> usize {
+        let varint = |v: u64| (64 - (v | 1).leading_zeros() as usize).div_ceil(7);
+        let mut n = 0;
+        if self.kind != 0 {
+            n += 1 + varint(i64::from(self.kind) as u64);
+        }
+        if self.revision != 0 {
+            n += 1 + varint(self.revision);
+        }
+        if let Some(w) = &self.workload {
+            n += 1 + varint(w.len() as u64) + w.len();
+        }
+        n
+    }
+}
+
 impl Frame for WatchFrame {
     fn encode_to(&self, buf: &mut impl BufMut) {
         if self.kind != 0 {
@@ -185,6 +221,11 @@ mod tests {
                 workload,
             };
             assert_eq!(frame.to_vec(), message.encode_to_vec());
+            assert_eq!(frame.encoded_len(), message.encoded_len());
+            let mut split = Vec::new();
+            frame.encode_head(&mut split);
+            split.extend_from_slice(frame.workload.as_deref().unwrap_or_default());
+            assert_eq!(split, frame.to_vec());
         }
         let pod = pb::PodPlacement {
             component: "c".into(),

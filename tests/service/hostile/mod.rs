@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 mod files;
+mod net;
 mod resolve;
 
 use std::io::{Read, Write};

@@ -1,0 +1,555 @@
+//! Bounds on the connections of both ports: how many may be open, how long a client may take
+//! to start talking, how long a connection may stay idle, and how long a Watch stream may
+//! leave its frames untaken. Each accepted socket is wrapped in a [`Guarded`]; once a bound
+//! passes, its reads and writes fail with `TimedOut`, which ends the connection (and every
+//! stream on it).
+//!
+//! - gRPC port: the client must send the HTTP/2 preface (its first [`GREETING`] bytes) within
+//!   the handshake timeout; a connection without an open request is closed after the idle
+//!   timeout (counted from its last request's end, or from its start). Open streams, quiet
+//!   Watch streams included, keep it: they are not idle. A Watch stream whose frames waited
+//!   for flow-control credit for twice the Watch stall timeout closes its connection (the
+//!   transport no longer polls a stream whose client does not read, so nothing else reaches
+//!   it; one that reads again after the stall timeout ends with RESOURCE_EXHAUSTED instead).
+//! - Admin port: closed when no byte moved either way for the idle timeout (the request
+//!   header read timeout is hyper's).
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Bytes a gRPC client must send within the handshake timeout: the HTTP/2 connection preface
+/// (24 bytes) and the header of its SETTINGS frame (9).
+pub const GREETING: u64 = 33;
+
+/// The bounds of one port.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections open at once; more are accepted and closed at once.
+    pub max_connections: usize,
+    /// gRPC: time to send the HTTP/2 preface.
+    pub handshake: Duration,
+    /// gRPC: time without an open request; admin: time without a byte read or written.
+    pub idle: Duration,
+    /// How long a Watch stream's frames may wait for flow-control credit.
+    pub watch_stall: Duration,
+}
+
+/// Milliseconds since the first call (a process-wide monotonic clock, 0 never returned).
+pub fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    u64::try_from(epoch.elapsed().as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1)
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What closes a connection when it goes quiet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// gRPC: open requests, the handshake and Watch stalls.
+    Streams,
+    /// Admin: bytes moving.
+    Activity,
+}
+
+/// When a Watch stream's last frames were handed to the transport without being taken yet
+/// (ms of [`now_ms`]; 0: nothing waits).
+#[derive(Debug, Default)]
+pub struct Stall(AtomicU64);
+
+impl Stall {
+    /// Frames were handed out now.
+    pub fn start(&self) {
+        self.0.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// The transport took them: how long they waited (`None`: nothing was waiting).
+    pub fn end(&self) -> Option<Duration> {
+        match self.0.swap(0, Ordering::Relaxed) {
+            0 => None,
+            since => Some(Duration::from_millis(now_ms().saturating_sub(since))),
+        }
+    }
+
+    fn since(&self) -> Option<u64> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|s| *s != 0)
+    }
+}
+
+/// The state of one connection that its requests share (found in each request's
+/// extensions as [`ConnInfo`]).
+#[derive(Debug)]
+pub struct Conn {
+    limits: Limits,
+    /// Requests in progress (each until its response body is dropped).
+    open: AtomicUsize,
+    /// When `open` last went to 0 (or the connection started).
+    idle_since: AtomicU64,
+    /// The Watch streams on this connection (dead ones are pruned as it grows).
+    watches: Mutex<Vec<Weak<Stall>>>,
+}
+
+impl Conn {
+    fn new(limits: Limits) -> Conn {
+        Conn {
+            limits,
+            open: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(now_ms()),
+            watches: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A request started; it counts as open until the returned guard is dropped.
+    pub fn request(self: &Arc<Self>) -> RequestGuard {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        RequestGuard(self.clone())
+    }
+
+    /// A Watch stream's stall clock, watched by this connection.
+    pub fn watch(&self) -> Arc<Stall> {
+        let stall = Arc::new(Stall::default());
+        let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        if watches.len() == watches.capacity() {
+            watches.retain(|w| w.strong_count() > 0);
+        }
+        watches.push(Arc::downgrade(&stall));
+        stall
+    }
+
+    /// How long a Watch stream's frames may wait before it ends (RESOURCE_EXHAUSTED).
+    pub fn watch_stall(&self) -> Duration {
+        self.limits.watch_stall
+    }
+
+    /// True when a Watch stream on it left its frames untaken for twice the stall limit.
+    fn stalled(&self, now: u64) -> bool {
+        let cut = ms(self.limits.watch_stall).saturating_mul(2);
+        let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        watches.retain(|w| w.strong_count() > 0);
+        watches.iter().any(|w| {
+            w.upgrade()
+                .and_then(|s| s.since())
+                .is_some_and(|since| now.saturating_sub(since) >= cut)
+        })
+    }
+}
+
+/// Keeps a request counted as open on its connection.
+#[derive(Debug)]
+pub struct RequestGuard(Arc<Conn>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        if self.0.open.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.0.idle_since.store(now_ms(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// What a guarded connection tells the requests on it (tonic puts it in their extensions).
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The peer's address.
+    pub remote: Option<SocketAddr>,
+    /// The connection's shared state.
+    pub conn: Arc<Conn>,
+}
+
+/// Admits connections up to a limit.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    permits: Arc<Semaphore>,
+    limits: Limits,
+    rule: Rule,
+}
+
+impl Gate {
+    /// The gate of the gRPC port.
+    pub fn grpc(limits: Limits) -> Gate {
+        Gate::new(limits, Rule::Streams)
+    }
+
+    /// The gate of the admin port.
+    pub fn admin(limits: Limits) -> Gate {
+        Gate::new(limits, Rule::Activity)
+    }
+
+    fn new(limits: Limits, rule: Rule) -> Gate {
+        Gate {
+            permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            limits,
+            rule,
+        }
+    }
+
+    /// `io` guarded, or `None` (drop it: that closes it) when the limit is reached.
+    pub fn admit<IO>(&self, io: IO, remote: Option<SocketAddr>) -> Option<Guarded<IO>> {
+        let permit = self.permits.clone().try_acquire_owned().ok()?;
+        let now = now_ms();
+        Some(Guarded {
+            io,
+            conn: Arc::new(Conn::new(self.limits)),
+            rule: self.rule,
+            remote,
+            started: now,
+            read: 0,
+            active: now,
+            scanned: now,
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            armed: None,
+            _permit: permit,
+        })
+    }
+}
+
+/// The connections accepted on `listener` that `gate` admits (TCP_NODELAY set): the others
+/// are closed at once. `port` names the listener in logs.
+pub fn incoming(
+    listener: tokio::net::TcpListener,
+    gate: Gate,
+    port: &'static str,
+) -> impl futures::Stream<Item = io::Result<Guarded<tokio::net::TcpStream>>> {
+    futures::stream::unfold((listener, gate), move |(listener, gate)| async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, remote)) => {
+                    // Responses span several segments: without TCP_NODELAY, Nagle and
+                    // delayed ACKs add ~40 ms.
+                    let _ = stream.set_nodelay(true);
+                    match gate.admit(stream, Some(remote)) {
+                        Some(guarded) => return Some((Ok(guarded), (listener, gate))),
+                        None => refused(port, gate.limits.max_connections),
+                    }
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(port, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    })
+}
+
+/// Logs a connection refused at the limit (at most once every 10 s).
+fn refused(port: &'static str, limit: usize) {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = now_ms();
+    let last = LAST.load(Ordering::Relaxed);
+    if (last == 0 || now.saturating_sub(last) >= 10_000)
+        && LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            port,
+            limit,
+            "connection limit reached: new connections are closed at once"
+        );
+    }
+}
+
+/// An accepted connection under its port's [`Limits`].
+#[derive(Debug)]
+pub struct Guarded<IO> {
+    io: IO,
+    conn: Arc<Conn>,
+    rule: Rule,
+    remote: Option<SocketAddr>,
+    started: u64,
+    /// Bytes read, counted up to [`GREETING`].
+    read: u64,
+    /// Last read or write of at least one byte.
+    active: u64,
+    /// Last scan of the Watch streams.
+    scanned: u64,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    /// The timer's deadline when it is set.
+    armed: Option<u64>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl<IO> Guarded<IO> {
+    /// The state its requests share.
+    pub fn conn(&self) -> &Arc<Conn> {
+        &self.conn
+    }
+
+    /// The next deadline, or the reason the connection must close now.
+    fn deadline(&mut self, now: u64) -> Result<Option<u64>, &'static str> {
+        let limits = &self.conn.limits;
+        let mut next: Option<u64> = None;
+        let mut at = |deadline: u64, why: &'static str| {
+            if deadline <= now {
+                return Err(why);
+            }
+            next = Some(next.map_or(deadline, |n| n.min(deadline)));
+            Ok(())
+        };
+        match self.rule {
+            Rule::Activity => at(
+                self.active.saturating_add(ms(limits.idle)),
+                "no byte moved for the idle timeout",
+            )?,
+            Rule::Streams => {
+                if self.read < GREETING {
+                    at(
+                        self.started.saturating_add(ms(limits.handshake)),
+                        "no HTTP/2 preface within the handshake timeout",
+                    )?;
+                }
+                if self.conn.open.load(Ordering::Relaxed) == 0 {
+                    let since = self.conn.idle_since.load(Ordering::Relaxed);
+                    at(
+                        since.saturating_add(ms(limits.idle)),
+                        "no request for the idle timeout",
+                    )?;
+                } else {
+                    // Streams are open: look at the Watch streams every half stall limit.
+                    let every = (ms(limits.watch_stall) / 2).max(1);
+                    if self.scanned.saturating_add(every) <= now {
+                        self.scanned = now;
+                        if self.conn.stalled(now) {
+                            return Err("a Watch stream left its frames untaken");
+                        }
+                    }
+                    at(self.scanned.saturating_add(every), "")?;
+                }
+            }
+        }
+        Ok(next)
+    }
+
+    /// Fails once a bound passed; otherwise arms the timer (waking this task) for the next.
+    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        loop {
+            let now = now_ms();
+            let next = self.deadline(now).map_err(|why| {
+                tracing::debug!(peer = ?self.remote, why, "closing a connection");
+                io::Error::new(io::ErrorKind::TimedOut, why)
+            })?;
+            let Some(next) = next else { return Ok(()) };
+            if self.armed.is_none_or(|armed| next < armed) {
+                // One millisecond late, so that the deadline has passed when it fires.
+                let when = Instant::now() + Duration::from_millis(next - now + 1);
+                self.timer.as_mut().reset(when.into());
+                self.armed = Some(next);
+            }
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Ok(());
+            }
+            self.armed = None;
+        }
+    }
+
+    fn moved(&mut self, n: usize) {
+        if n > 0 {
+            self.active = now_ms();
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        let before = buf.filled().len();
+        let result = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = result {
+            let n = buf.filled().len().saturating_sub(before);
+            this.read = this.read.saturating_add(n as u64).min(GREETING);
+            this.moved(n);
+        }
+        result
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        let result = Pin::new(&mut this.io).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = result {
+            this.moved(n);
+        }
+        result
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        let result = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = result {
+            this.moved(n);
+        }
+        result
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> tonic::transport::server::Connected
+    for Guarded<IO>
+{
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
+        ConnInfo {
+            remote: self.remote,
+            conn: self.conn.clone(),
+        }
+    }
+}
+
+/// The connection of a request (plain or TLS), if it came through a [`Gate`].
+pub fn conn_of<B>(request: &tonic::codegen::http::Request<B>) -> Option<Arc<Conn>> {
+    let extensions = request.extensions();
+    extensions
+        .get::<ConnInfo>()
+        .or_else(|| {
+            extensions
+                .get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>()
+                .map(|t| t.get_ref())
+        })
+        .map(|i| i.conn.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn limits() -> Limits {
+        Limits {
+            max_connections: 2,
+            handshake: Duration::from_millis(200),
+            idle: Duration::from_millis(400),
+            watch_stall: Duration::from_millis(200),
+        }
+    }
+
+    /// A guarded end of an in-memory pipe, and the client's end.
+    fn pipe(gate: &Gate) -> Option<(Guarded<tokio::io::DuplexStream>, tokio::io::DuplexStream)> {
+        let (server, client) = tokio::io::duplex(1024);
+        gate.admit(server, None).map(|g| (g, client))
+    }
+
+    async fn read_fails_within(conn: &mut Guarded<tokio::io::DuplexStream>, within: Duration) {
+        let mut buf = [0u8; 64];
+        let outcome = tokio::time::timeout(within, async {
+            loop {
+                if conn.read(&mut buf).await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(outcome.is_ok(), "still open after {within:?}");
+    }
+
+    #[tokio::test]
+    async fn the_gate_admits_up_to_its_limit_and_frees_a_place_on_close() {
+        let gate = Gate::grpc(limits());
+        let a = pipe(&gate).expect("first");
+        let _b = pipe(&gate).expect("second");
+        assert!(pipe(&gate).is_none(), "over the limit");
+        drop(a);
+        assert!(pipe(&gate).is_some(), "a place was freed");
+    }
+
+    #[tokio::test]
+    async fn a_silent_grpc_connection_is_closed_after_the_handshake_timeout() {
+        let gate = Gate::grpc(limits());
+        let (mut conn, _client) = pipe(&gate).expect("admitted");
+        let start = Instant::now();
+        read_fails_within(&mut conn, Duration::from_secs(2)).await;
+        assert!(start.elapsed() >= Duration::from_millis(200));
+    }
+
+    #[tokio::test]
+    async fn an_open_request_keeps_a_grpc_connection_and_its_end_starts_the_idle_clock() {
+        let gate = Gate::grpc(limits());
+        let (mut conn, mut client) = pipe(&gate).expect("admitted");
+        client.write_all(&[0u8; GREETING as usize]).await.unwrap();
+        let mut buf = [0u8; 64];
+        let mut got = 0;
+        while got < GREETING as usize {
+            got += conn.read(&mut buf).await.unwrap();
+        }
+        let request = conn.conn().request();
+        // Open for three idle timeouts: still served.
+        let quiet = tokio::time::timeout(Duration::from_millis(1200), conn.read(&mut buf)).await;
+        assert!(quiet.is_err(), "a connection with an open request stays");
+        drop(request);
+        let start = Instant::now();
+        read_fails_within(&mut conn, Duration::from_secs(2)).await;
+        assert!(start.elapsed() >= Duration::from_millis(350));
+    }
+
+    #[tokio::test]
+    async fn a_watch_that_leaves_its_frames_untaken_closes_its_connection() {
+        let gate = Gate::grpc(limits());
+        let (mut conn, mut client) = pipe(&gate).expect("admitted");
+        client.write_all(&[0u8; GREETING as usize]).await.unwrap();
+        let _request = conn.conn().request();
+        let quiet = conn.conn().watch();
+        let stalled = conn.conn().watch();
+        stalled.start();
+        let start = Instant::now();
+        read_fails_within(&mut conn, Duration::from_secs(3)).await;
+        assert!(
+            start.elapsed() >= Duration::from_millis(400),
+            "twice the limit"
+        );
+        assert!(quiet.end().is_none());
+        assert!(stalled.end().is_some());
+    }
+
+    #[tokio::test]
+    async fn an_admin_connection_lives_while_bytes_move() {
+        let gate = Gate::admin(limits());
+        let (mut conn, mut client) = pipe(&gate).expect("admitted");
+        let mut buf = [0u8; 8];
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            client.write_all(b"x").await.unwrap();
+            assert_eq!(conn.read(&mut buf).await.unwrap(), 1);
+        }
+        read_fails_within(&mut conn, Duration::from_secs(2)).await;
+    }
+}
