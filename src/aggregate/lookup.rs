@@ -79,7 +79,12 @@ impl Aggregator {
         }
         match tokio::time::timeout(
             self.settings.forward_timeout,
-            wire::resolve(channel, token.as_ref(), request),
+            wire::resolve(
+                channel,
+                token.as_ref(),
+                request,
+                wire::event_limit(self.settings.limits.max_graph_bytes),
+            ),
         )
         .await
         {

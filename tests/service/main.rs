@@ -9,11 +9,11 @@ mod budget;
 mod drift;
 mod fake_apiserver;
 mod hardening;
+mod hostile;
 mod ingest;
 mod kube;
 mod observability;
 mod sources;
-mod hostile;
 mod strict;
 mod synth_cluster;
 
