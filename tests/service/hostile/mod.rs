@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+mod aggregator;
 mod resolve;
 
 use std::io::{Read, Write};
