@@ -21,6 +21,7 @@
 //! `clusters` it is configured with): graphs naming another cluster are refused.
 
 pub mod config;
+mod cost;
 mod lookup;
 mod observed;
 mod session;
@@ -70,11 +71,13 @@ pub struct Settings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Largest graph (encoded) accepted; larger messages are refused by the Watch client
-    /// before they are buffered.
+    /// before they are buffered. A graph may decode to at most
+    /// `DECODED_PER_ENCODED` (16) times this, estimated before decoding.
     pub max_graph_bytes: usize,
     /// Workloads held from one upstream (and in one snapshot being collected).
     pub max_workloads: usize,
-    /// Bytes of graphs held from one upstream (and in one snapshot being collected).
+    /// Bytes held for one upstream's graphs, encodings plus decoded summaries (and in one
+    /// snapshot being collected).
     pub max_bytes: usize,
     /// How long a snapshot (a first subscription, or after RESET) may take to reach SYNCED.
     pub snapshot_timeout: Duration,
@@ -278,7 +281,7 @@ impl Aggregator {
         if updates.is_empty() && gone.is_empty() {
             return;
         }
-        let held = |key: &Key| self.board.get(key).map(|w| w.graph.encoded_len());
+        let held = |key: &Key| self.board.get(key).map(|w| cost::held(&w.graph));
         let before: Vec<Option<usize>> = gone
             .iter()
             .chain(updates.iter().map(|(k, _)| k))
@@ -368,7 +371,7 @@ impl Aggregator {
         let mut gone = Vec::new();
         for (uid, graph) in session::coalesce(changes) {
             let key = Key::from(up.key(&uid));
-            let old = self.board.get(&key).map(|w| w.graph.encoded_len());
+            let old = self.board.get(&key).map(|w| cost::held(&w.graph));
             if let Some(old) = old {
                 workloads = workloads.saturating_sub(1);
                 bytes = bytes.saturating_sub(old);
@@ -376,7 +379,7 @@ impl Aggregator {
             match graph {
                 Some(graph) => {
                     workloads = workloads.saturating_add(1);
-                    bytes = bytes.saturating_add(graph.encoded_len());
+                    bytes = bytes.saturating_add(cost::held(&graph));
                     updates.push((key, Arc::new(graph)));
                 }
                 None if old.is_some() => gone.push(key),

@@ -4,7 +4,7 @@
 //! Any error is a reason to isolate the upstream (drop the connection, mark it stale).
 
 use super::wire::{RawWatchEvent, WorkloadRef};
-use super::{Aggregator, Limits, Upstream};
+use super::{Aggregator, Limits, Upstream, cost};
 use crate::index::Published;
 use crate::proto::v1 as pb;
 use prost::Message;
@@ -37,9 +37,9 @@ impl Snapshot {
     }
 
     fn insert(&mut self, uid: String, graph: Published, limits: &Limits) -> Result<(), String> {
-        self.bytes = self.bytes.saturating_add(graph.encoded_len());
+        self.bytes = self.bytes.saturating_add(cost::held(&graph));
         if let Some(old) = self.graphs.insert(uid, graph) {
-            self.bytes = self.bytes.saturating_sub(old.encoded_len());
+            self.bytes = self.bytes.saturating_sub(cost::held(&old));
         }
         if self.graphs.len() > limits.max_workloads {
             return Err(format!(
@@ -58,7 +58,7 @@ impl Snapshot {
 
     fn remove(&mut self, uid: &str) {
         if let Some(old) = self.graphs.remove(uid) {
-            self.bytes = self.bytes.saturating_sub(old.encoded_len());
+            self.bytes = self.bytes.saturating_sub(cost::held(&old));
         }
     }
 }
@@ -121,6 +121,18 @@ impl Session {
                     };
                     if bytes.len() > self.limits.max_graph_bytes {
                         return Err(too_large(bytes.len(), &self.limits));
+                    }
+                    // Before decoding: what it would take decoded (element floods).
+                    let room = self
+                        .limits
+                        .max_graph_bytes
+                        .saturating_mul(cost::DECODED_PER_ENCODED);
+                    if let Some(size) = cost::decoded(&bytes).filter(|s| *s > room) {
+                        return Err(format!(
+                            "it sent a graph that would take about {size} bytes decoded, more than {} ({}x --upstream-max-graph-bytes)",
+                            room,
+                            cost::DECODED_PER_ENCODED
+                        ));
                     }
                     let Some((uid, graph)) = received(aggregator, up, bytes) else {
                         continue;
@@ -401,7 +413,7 @@ mod tests {
         let bytes: usize = aggregator
             .entries_of(up)
             .iter()
-            .map(|w| w.graph.encoded_len())
+            .map(|w| cost::held(&w.graph))
             .sum();
         assert_eq!(state.bytes, bytes);
         let names_total: usize = relock(aggregator.names.read()).values().map(Vec::len).sum();
@@ -755,6 +767,27 @@ mod tests {
             )
             .unwrap_err();
         assert!(e.contains("--upstream-max-graph-bytes"), "{e}");
+        // A graph within the size bound that floods elements (each empty diagnostic is 2
+        // bytes encoded and a struct decoded).
+        let flood = pb::Workload {
+            r#ref: Some(pb::ObjectRef {
+                uid: "u8".into(),
+                ..Default::default()
+            }),
+            diagnostics: vec![pb::Diagnostic::default(); 90],
+            ..Default::default()
+        };
+        let flood = flood.encode_to_vec();
+        assert!(flood.len() <= limits.max_graph_bytes);
+        let e = session
+            .events(
+                &aggregator,
+                up,
+                vec![event(pb::EventType::Added, 6, Some(flood.into()))],
+            )
+            .unwrap_err();
+        assert!(e.contains("decoded"), "{e}");
+        assert_eq!(aggregator.board.len(), 2);
         // A snapshot that does not end in time.
         let slow = Limits {
             snapshot_timeout: std::time::Duration::ZERO,

@@ -75,7 +75,7 @@ pub(super) struct State {
     pub(super) clusters: BTreeSet<String>,
     /// Workloads the aggregator holds from it.
     pub(super) workloads: usize,
-    /// Encoded bytes of the graphs the aggregator holds from it.
+    /// Bytes the aggregator holds for its graphs ([`super::cost::held`]).
     pub(super) bytes: usize,
     /// Graphs refused (naming a cluster it may not speak for, or not decoding).
     pub(super) refused: u64,

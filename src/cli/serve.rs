@@ -64,8 +64,9 @@ pub struct Args {
     /// `upstream_stale` diagnostic, before they are deleted.
     #[arg(long, env = "KARTOGRAF_UPSTREAM_GRACE", default_value = "60s", value_parser = super::resolve::parse_duration)]
     pub upstream_grace: Duration,
-    /// Largest graph (encoded) an upstream may send; a larger one isolates the upstream
-    /// (its connection dropped, marked stale with the reason, reconnected with backoff).
+    /// Largest graph (encoded) an upstream may send, and 16 times this decoded; a larger
+    /// one isolates the upstream (its connection dropped, marked stale with the reason,
+    /// reconnected with backoff).
     #[arg(long, env = "KARTOGRAF_UPSTREAM_MAX_GRAPH_BYTES", default_value = "16Mi", value_parser = super::parse_bytes)]
     pub upstream_max_graph_bytes: u64,
     /// Workloads held from one upstream (and in one snapshot); more isolate the upstream.
@@ -75,8 +76,8 @@ pub struct Args {
         default_value_t = 100_000
     )]
     pub upstream_max_workloads: usize,
-    /// Bytes of graphs held from one upstream (and in one snapshot); more isolate the
-    /// upstream.
+    /// Bytes held for one upstream's graphs, encodings and decoded summaries (and in one
+    /// snapshot); more isolate the upstream.
     #[arg(long, env = "KARTOGRAF_UPSTREAM_MAX_BYTES", default_value = "2Gi", value_parser = super::parse_bytes)]
     pub upstream_max_bytes: u64,
     /// How long an upstream's snapshot may take to reach SYNCED before it is isolated.

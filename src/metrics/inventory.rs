@@ -56,7 +56,7 @@ pub struct UpstreamHealth {
     pub synced: bool,
     /// Workloads the aggregator holds from it.
     pub workloads: usize,
-    /// Encoded bytes of the graphs the aggregator holds from it.
+    /// Bytes the aggregator holds for its graphs (encodings plus decoded summaries).
     pub bytes: usize,
     /// Graphs it sent that were refused (naming a cluster it may not speak for, or not
     /// decoding).
@@ -476,7 +476,7 @@ impl Collector for Inventory {
             gauges(
                 e,
                 "kartograf_upstream_bytes",
-                "Encoded bytes of the graphs the aggregator holds from an upstream (bounded by --upstream-max-bytes)",
+                "Bytes the aggregator holds for an upstream's graphs: encodings plus decoded summaries (bounded by --upstream-max-bytes)",
                 upstreams.iter().map(|u| {
                     (
                         [("cluster", u.name.as_str())],
