@@ -457,7 +457,8 @@ impl Aggregator {
     }
 
     /// Marks `up`'s workloads stale (once per loss; graphs that arrived since are marked
-    /// too) and arms the timer that deletes them after the grace period.
+    /// too, and the reason is the latest) and arms the timer that deletes them after the
+    /// grace period.
     fn mark_stale(self: &Arc<Self>, up: &Arc<Upstream>, reason: &str) {
         let _writer = relock(self.writer.lock());
         if !self.is_current(up) {
@@ -465,16 +466,22 @@ impl Aggregator {
         }
         let (stale, armed) = {
             let mut state = up.state();
-            let armed = if state.stale.is_none() {
-                state.stale = Some(Stale {
-                    since: Instant::now(),
-                    at: SystemTime::now(),
-                    reason: crate::excerpt::excerpt(reason, 512).into_owned(),
-                });
-                state.epoch += 1;
-                Some(state.epoch)
-            } else {
-                None
+            let reason = crate::excerpt::excerpt(reason, 512).into_owned();
+            let armed = match state.stale.as_mut() {
+                None => {
+                    state.stale = Some(Stale {
+                        since: Instant::now(),
+                        at: SystemTime::now(),
+                        reason,
+                    });
+                    state.epoch += 1;
+                    Some(state.epoch)
+                }
+                // The loss goes on (its time and timer stay); ListSources says why now.
+                Some(stale) => {
+                    stale.reason = reason;
+                    None
+                }
             };
             (state.stale.clone(), armed)
         };
