@@ -351,7 +351,7 @@ async fn follow(aggregator: &Arc<Aggregator>, upstream: &Arc<Upstream>, since: &
         let applied = session.events(aggregator, upstream, batch);
         *since = session.since;
         if let Err(reason) = applied {
-            tracing::warn!(upstream = %upstream.name(), %reason, "upstream isolated: it broke a bound");
+            tracing::debug!(upstream = %upstream.name(), %reason, "upstream isolated: it broke a bound");
             return lost(reason, false);
         }
         if let Some(reason) = end {
