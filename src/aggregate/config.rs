@@ -10,7 +10,12 @@
 //!     keyFile: /etc/kartograf/upstreams/tls.key
 //!     tokenFile: /etc/kartograf/upstreams/eu-west-1.token   # bearer token, read at each connect
 //!     serverName: kartograf.eu-west-1.example.com  # name to verify (default: the URL's host)
+//!     clusters: [prod]     # other cluster names its graphs may carry (shards, aggregators)
 //! ```
+//!
+//! An upstream speaks only for its own name and the `clusters` it lists (`--upstream
+//! NAME@CLUSTER=URL` on the command line); `"*"` lets it speak for any cluster no other
+//! upstream names or lists (an aggregator of clusters not followed here otherwise).
 
 use crate::server::validate::{MAX_CLUSTER_BYTES, is_cluster_name};
 use serde::Deserialize;
@@ -41,7 +46,18 @@ pub struct UpstreamConfig {
     /// The name the upstream's certificate must carry (default: the URL's host).
     #[serde(default)]
     pub server_name: Option<String>,
+    /// Cluster names its graphs may carry besides its own name (namespace shards of one
+    /// cluster, or an upstream that is an aggregator itself); `*` is any name that no other
+    /// upstream names or lists. Graphs naming any other cluster are refused.
+    #[serde(default)]
+    pub clusters: Vec<String>,
 }
+
+/// In [`UpstreamConfig::clusters`]: any cluster that no other upstream names or lists.
+pub const ANY_CLUSTER: &str = "*";
+
+/// Cluster names one upstream may list.
+pub const MAX_CLUSTERS: usize = 1024;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,6 +77,7 @@ impl UpstreamConfig {
             key_file: None,
             token_file: None,
             server_name: None,
+            clusters: Vec::new(),
         }
     }
 
@@ -105,16 +122,35 @@ impl UpstreamConfig {
         if self.cert_file.is_some() != self.key_file.is_some() {
             return Err(format!("upstream {name}: certFile and keyFile go together"));
         }
+        if self.clusters.len() > MAX_CLUSTERS {
+            return Err(format!(
+                "upstream {name}: more than {MAX_CLUSTERS} clusters listed"
+            ));
+        }
+        if let Some(bad) = self
+            .clusters
+            .iter()
+            .find(|c| c.as_str() != ANY_CLUSTER && !is_cluster_name(c))
+        {
+            return Err(format!(
+                "upstream {name}: clusters: {:?} is not a cluster name (1 to {MAX_CLUSTER_BYTES} bytes without whitespace or control characters, or \"*\")",
+                crate::excerpt::echo(bad)
+            ));
+        }
         Ok(())
     }
 }
 
-/// Parses one `--upstream NAME=URL`.
+/// Parses one `--upstream NAME=URL` or `--upstream NAME@CLUSTER[@CLUSTER…]=URL` (the
+/// clusters it may speak for besides its name).
 pub fn parse_flag(flag: &str) -> Result<UpstreamConfig, String> {
-    let (name, url) = flag
+    let (head, url) = flag
         .split_once('=')
         .ok_or_else(|| format!("--upstream {flag:?}: expected NAME=URL"))?;
-    let config = UpstreamConfig::new(name, url);
+    let mut parts = head.split('@');
+    let name = parts.next().unwrap_or_default();
+    let mut config = UpstreamConfig::new(name, url);
+    config.clusters = parts.map(str::to_owned).collect();
     config.check()?;
     Ok(config)
 }
@@ -222,8 +258,16 @@ mod tests {
     fn flags_are_name_equals_url() {
         let u = parse_flag("eu-1=http://kartograf.eu:50051").unwrap();
         assert_eq!(u, UpstreamConfig::new("eu-1", "http://kartograf.eu:50051"));
+        let shard = parse_flag("team-a@prod=http://a:1").unwrap();
+        assert_eq!(
+            (shard.name.as_str(), shard.clusters),
+            ("team-a", vec!["prod".into()])
+        );
+        let hub = parse_flag("hub@*=http://a:1").unwrap();
+        assert_eq!(hub.clusters, ["*"]);
         for bad in [
             "eu-1",
+            "team-a@=http://a:1",
             "=http://a:1",
             "eu 1=http://a:1",
             "eu=ftp://a:1",

@@ -79,7 +79,12 @@ impl Aggregator {
         }
         match tokio::time::timeout(
             self.settings.forward_timeout,
-            wire::resolve(channel, token.as_ref(), request),
+            wire::resolve(
+                channel,
+                token.as_ref(),
+                request,
+                wire::event_limit(self.settings.limits.max_graph_bytes),
+            ),
         )
         .await
         {
@@ -94,8 +99,26 @@ impl Aggregator {
 
     /// A forwarded answer as this aggregator sends it: the aggregator's own version of the
     /// graph when it holds it (its revision, its stale mark), else the upstream's bytes.
-    fn answer(&self, up: &Upstream, raw: wire::RawResolveResponse, view: i32) -> ResolveFrame {
+    /// A graph that would decode to more than the limits allow is refused (UNAVAILABLE).
+    fn answer(
+        &self,
+        up: &Upstream,
+        raw: wire::RawResolveResponse,
+        view: i32,
+    ) -> Result<ResolveFrame, Status> {
         let bytes = raw.workload.unwrap_or_default();
+        let room = self
+            .settings
+            .limits
+            .max_graph_bytes
+            .saturating_mul(super::cost::DECODED_PER_ENCODED);
+        if super::cost::decoded(&bytes).is_some_and(|size| size > room) {
+            return Err(Status::unavailable(format!(
+                "upstream {} answered a graph that would take more than {room} bytes decoded ({}x --upstream-max-graph-bytes)",
+                up.name(),
+                super::cost::DECODED_PER_ENCODED
+            )));
+        }
         let held = prost::Message::decode(bytes.clone())
             .ok()
             .and_then(|w: WorkloadRef| w.r#ref)
@@ -106,10 +129,10 @@ impl Aggregator {
                 Published::from_wire(bytes.clone(), up.name()).map_or(bytes, |p| p.encoded(view))
             }
         };
-        ResolveFrame {
+        Ok(ResolveFrame {
             workload,
             pod: raw.pod,
-        }
+        })
     }
 
     /// The cluster of a forwarded answer's graph (the upstream's name when it names none).
@@ -244,7 +267,7 @@ impl Store for Aggregator {
             return Err(ambiguous(&format!("pod {}", what(&r)), &clusters));
         }
         match found.into_iter().next() {
-            Some((up, raw)) => Ok(self.answer(up, raw, view)),
+            Some((up, raw)) => self.answer(up, raw, view),
             None => Err(failed.into_iter().next().unwrap_or_else(|| {
                 Status::not_found(format!("pod {} is not known{}", what(&r), scope(&cluster)))
             })),

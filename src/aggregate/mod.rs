@@ -13,10 +13,18 @@
 //! lost (or RESETs) has its workloads marked with an `upstream_stale` diagnostic, kept for
 //! [`Settings::grace`], then deleted; when it comes back the aggregator resumes its Watch
 //! (or reconciles a fresh snapshot), publishing only what changed.
+//!
+//! What one upstream may cost is bounded ([`Limits`]): an upstream that sends a graph too
+//! large, too many workloads or bytes, or a snapshot that does not end in time is isolated
+//! (its connection dropped, marked stale with the reason, reconnected with backoff), and the
+//! others are untouched. An upstream speaks only for its own cluster name (and the
+//! `clusters` it is configured with): graphs naming another cluster are refused.
 
 pub mod config;
+mod cost;
 mod lookup;
 mod observed;
+mod session;
 mod upstream;
 pub mod wire;
 
@@ -26,11 +34,12 @@ pub use upstream::{Backoff, Upstream};
 use crate::definition::Catalog;
 use crate::index::{Board, Key, Labels, Publication, Published, WorkloadEntry, relock};
 use crate::proto::v1 as pb;
+use session::Incoming;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
-use upstream::{Incoming, Stale};
+use upstream::Stale;
 
 /// The diagnostic code on the graphs of an upstream that is stale.
 pub const UPSTREAM_STALE: &str = "upstream_stale";
@@ -50,6 +59,39 @@ pub struct Settings {
     pub connect_timeout: Duration,
     /// How long a forwarded Resolve may take.
     pub forward_timeout: Duration,
+    /// What one upstream may cost.
+    pub limits: Limits,
+    /// Bytes of graphs the change history (for Watch resume) keeps at most, besides
+    /// `history` changes: an upstream that rewrites large graphs cannot grow it past this.
+    pub history_bytes: usize,
+}
+
+/// What one upstream may cost the aggregator; an upstream that exceeds a bound is isolated
+/// (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest graph (encoded) accepted; larger messages are refused by the Watch client
+    /// before they are buffered. A graph may decode to at most
+    /// `DECODED_PER_ENCODED` (16) times this, estimated before decoding.
+    pub max_graph_bytes: usize,
+    /// Workloads held from one upstream (and in one snapshot being collected).
+    pub max_workloads: usize,
+    /// Bytes held for one upstream's graphs, encodings plus decoded summaries (and in one
+    /// snapshot being collected).
+    pub max_bytes: usize,
+    /// How long a snapshot (a first subscription, or after RESET) may take to reach SYNCED.
+    pub snapshot_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_graph_bytes: 16 << 20,
+            max_workloads: 100_000,
+            max_bytes: 2 << 30,
+            snapshot_timeout: Duration::from_secs(300),
+        }
+    }
 }
 
 impl Default for Settings {
@@ -61,6 +103,8 @@ impl Default for Settings {
             backoff: Backoff::default(),
             connect_timeout: Duration::from_secs(5),
             forward_timeout: Duration::from_secs(10),
+            limits: Limits::default(),
+            history_bytes: 1 << 30,
         }
     }
 }
@@ -129,7 +173,7 @@ impl Aggregator {
     /// requests that name no cluster.
     pub fn new(catalog: Catalog, settings: Settings) -> Arc<Aggregator> {
         Arc::new(Aggregator {
-            board: Board::new(settings.history),
+            board: Board::new(settings.history).with_history_bytes(settings.history_bytes),
             catalog: Arc::new(catalog),
             settings,
             writer: Mutex::default(),
@@ -230,22 +274,40 @@ impl Aggregator {
         self.board.entries_where(|k| k.starts_with(&up.prefix))
     }
 
-    /// Publishes new graphs and removals of `up`'s workloads, keeping the name index in step;
-    /// the caller holds the writer lock.
+    /// Publishes new graphs and removals of `up`'s workloads (each key at most once, in
+    /// `updates` or in `gone`), keeping the name index and `up`'s counts in step; the
+    /// caller holds the writer lock.
     fn publish(&self, up: &Upstream, updates: Vec<(Key, Arc<Published>)>, gone: Vec<Key>) {
         if updates.is_empty() && gone.is_empty() {
             return;
         }
+        let held = |key: &Key| self.board.get(key).map(|w| cost::held(&w.graph));
+        let before: Vec<Option<usize>> = gone
+            .iter()
+            .chain(updates.iter().map(|(k, _)| k))
+            .map(held)
+            .collect();
         {
             let mut names = relock(self.names.write());
+            let mut unname = |key: &Key, name: (String, String)| {
+                if let Some(keys) = names.get_mut(&name) {
+                    keys.retain(|k| k != key);
+                    if keys.is_empty() {
+                        names.remove(&name);
+                    }
+                }
+            };
             for key in &gone {
                 if let Some(w) = self.board.get(key) {
-                    let name = name_of(&w.graph);
-                    if let Some(keys) = names.get_mut(&name) {
-                        keys.retain(|k| k != key);
-                        if keys.is_empty() {
-                            names.remove(&name);
-                        }
+                    unname(key, name_of(&w.graph));
+                }
+            }
+            // A graph whose name changed (a rename under the same uid) leaves its old name.
+            for (key, graph) in &updates {
+                if let Some(w) = self.board.get(key) {
+                    let old = name_of(&w.graph);
+                    if old != name_of(graph) {
+                        unname(key, old);
                     }
                 }
             }
@@ -260,6 +322,11 @@ impl Aggregator {
                 }
             }
         }
+        let keys: Vec<Key> = gone
+            .iter()
+            .cloned()
+            .chain(updates.iter().map(|(k, _)| k.clone()))
+            .collect();
         let publications = updates
             .into_iter()
             .map(|(key, graph)| {
@@ -270,28 +337,101 @@ impl Aggregator {
         if self.board.publish(publications, gone) {
             self.board.notify();
         }
+        let mut state = up.state();
+        for (key, before) in keys.iter().zip(before) {
+            let after = held(key);
+            if let Some(b) = before {
+                state.workloads = state.workloads.saturating_sub(1);
+                state.bytes = state.bytes.saturating_sub(b);
+            }
+            if let Some(a) = after {
+                state.workloads = state.workloads.saturating_add(1);
+                state.bytes = state.bytes.saturating_add(a);
+            }
+        }
     }
 
-    /// Applies live changes from `up`.
-    fn apply(&self, up: &Arc<Upstream>, changes: Vec<Incoming>) {
+    /// Applies live changes from `up` (the last change of each workload): all of them, or
+    /// none when they would make `up` hold more workloads or bytes than its limits allow
+    /// (the error says which).
+    fn apply(&self, up: &Arc<Upstream>, changes: Vec<Incoming>) -> Result<(), String> {
         if changes.is_empty() {
-            return;
+            return Ok(());
         }
         let _writer = relock(self.writer.lock());
         if !self.is_current(up) {
-            return;
+            return Ok(());
         }
+        let limits = &self.settings.limits;
+        let (mut workloads, mut bytes) = {
+            let state = up.state();
+            (state.workloads, state.bytes)
+        };
         let mut updates = Vec::new();
         let mut gone = Vec::new();
-        for change in changes {
-            match change {
-                Incoming::Upsert(uid, graph) => {
-                    updates.push((Key::from(up.key(&uid)), Arc::new(graph)));
+        for (uid, graph) in session::coalesce(changes) {
+            let key = Key::from(up.key(&uid));
+            let old = self.board.get(&key).map(|w| cost::held(&w.graph));
+            if let Some(old) = old {
+                workloads = workloads.saturating_sub(1);
+                bytes = bytes.saturating_sub(old);
+            }
+            match graph {
+                Some(graph) => {
+                    workloads = workloads.saturating_add(1);
+                    bytes = bytes.saturating_add(cost::held(&graph));
+                    updates.push((key, Arc::new(graph)));
                 }
-                Incoming::Delete(uid) => gone.push(Key::from(up.key(&uid))),
+                None if old.is_some() => gone.push(key),
+                None => {}
             }
         }
+        if workloads > limits.max_workloads {
+            return Err(format!(
+                "it would hold more than {} workloads (--upstream-max-workloads)",
+                limits.max_workloads
+            ));
+        }
+        if bytes > limits.max_bytes {
+            return Err(format!(
+                "it would hold more than {} bytes of graphs (--upstream-max-bytes)",
+                limits.max_bytes
+            ));
+        }
         self.publish(up, updates, gone);
+        Ok(())
+    }
+
+    /// True when `up` may publish graphs of `cluster`: its own name, a cluster its
+    /// configuration lists, or (when it lists `*`) one that no other upstream names or lists.
+    fn may_speak_for(&self, up: &Upstream, cluster: &str) -> bool {
+        let lists = |u: &Upstream, c: &str| u.config.clusters.iter().any(|x| x == c);
+        if cluster == up.name() || lists(up, cluster) {
+            return true;
+        }
+        if !lists(up, config::ANY_CLUSTER) {
+            return false;
+        }
+        {
+            let state = up.state();
+            if state.clusters.len() >= config::MAX_CLUSTERS && !state.clusters.contains(cluster) {
+                return false;
+            }
+        }
+        !relock(self.upstreams.read())
+            .values()
+            .any(|o| o.name() != up.name() && (o.name() == cluster || lists(o, cluster)))
+    }
+
+    /// Counts a graph of `up` that is not published; the log says why for the 1st, 2nd,
+    /// 4th, 8th… (a bounded number of lines), the last reason stays for ListSources.
+    fn refuse(&self, up: &Upstream, reason: String) {
+        let mut state = up.state();
+        state.refused = state.refused.saturating_add(1);
+        if state.refused.is_power_of_two() {
+            tracing::warn!(upstream = %up.name(), refused = state.refused, %reason, "refused a graph of an upstream");
+        }
+        state.refusal = Some(crate::excerpt::excerpt(&reason, 512).into_owned());
     }
 
     /// Replaces what `up` holds with a full snapshot: only differences are published (a
@@ -317,7 +457,8 @@ impl Aggregator {
     }
 
     /// Marks `up`'s workloads stale (once per loss; graphs that arrived since are marked
-    /// too) and arms the timer that deletes them after the grace period.
+    /// too, and the reason is the latest) and arms the timer that deletes them after the
+    /// grace period.
     fn mark_stale(self: &Arc<Self>, up: &Arc<Upstream>, reason: &str) {
         let _writer = relock(self.writer.lock());
         if !self.is_current(up) {
@@ -325,16 +466,22 @@ impl Aggregator {
         }
         let (stale, armed) = {
             let mut state = up.state();
-            let armed = if state.stale.is_none() {
-                state.stale = Some(Stale {
-                    since: Instant::now(),
-                    at: SystemTime::now(),
-                    reason: crate::excerpt::excerpt(reason, 512).into_owned(),
-                });
-                state.epoch += 1;
-                Some(state.epoch)
-            } else {
-                None
+            let reason = crate::excerpt::excerpt(reason, 512).into_owned();
+            let armed = match state.stale.as_mut() {
+                None => {
+                    state.stale = Some(Stale {
+                        since: Instant::now(),
+                        at: SystemTime::now(),
+                        reason,
+                    });
+                    state.epoch += 1;
+                    Some(state.epoch)
+                }
+                // The loss goes on (its time and timer stay); ListSources says why now.
+                Some(stale) => {
+                    stale.reason = reason;
+                    None
+                }
             };
             (state.stale.clone(), armed)
         };

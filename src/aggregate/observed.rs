@@ -99,16 +99,16 @@ impl Observed for Aggregator {
         upstreams
             .iter()
             .map(|up| {
-                let problems = up
-                    .state()
-                    .stale
-                    .as_ref()
-                    .map(|s| SourceProblem {
-                        path: up.config.url.clone(),
-                        message: format!("stale since {}: {}", rfc3339(s.at), s.reason),
-                    })
-                    .into_iter()
-                    .collect();
+                let state = up.state();
+                let stale = state.stale.as_ref().map(|s| SourceProblem {
+                    path: up.config.url.clone(),
+                    message: format!("stale since {}: {}", rfc3339(s.at), s.reason),
+                });
+                let refused = state.refusal.as_ref().map(|why| SourceProblem {
+                    path: up.config.url.clone(),
+                    message: format!("{} graphs refused; the last: {why}", state.refused),
+                });
+                let problems = stale.into_iter().chain(refused).collect();
                 (format!("upstream {}", up.name()), problems)
             })
             .collect()
@@ -125,13 +125,10 @@ impl Observed for Aggregator {
                     name: up.name().to_owned(),
                     stale: state.stale.is_some(),
                     synced: state.synced,
-                    workloads: 0,
+                    workloads: state.workloads,
+                    bytes: state.bytes,
+                    refused: state.refused,
                 }
-            })
-            .map(|mut h| {
-                let prefix = format!("{}\u{0}", h.name);
-                h.workloads = self.board.entries_where(|k| k.starts_with(&prefix)).len();
-                h
             })
             .collect()
     }

@@ -3,17 +3,17 @@
 //! The task subscribes with the last revision it is current to (0 the first time, and after
 //! the upstream's workloads were dropped), applies ADDED/MODIFIED/DELETED as they come, and
 //! collects a snapshot (after RESET, or on a first subscription) until SYNCED, then
-//! reconciles it against what the aggregator holds: only differences are published. When
-//! the stream fails it marks the upstream stale and reconnects with backoff.
+//! reconciles it against what the aggregator holds: only differences are published (see
+//! [`super::session`]). When the stream fails, or the upstream breaks one of the
+//! [`Limits`], it marks the upstream stale (with the reason) and reconnects with backoff.
 
-use super::Aggregator;
 use super::config::UpstreamConfig;
-use super::wire::{self, WorkloadRef};
-use crate::index::Published;
+use super::session::{Session, snapshot_too_slow};
+use super::wire;
+use super::{Aggregator, Limits};
 use crate::proto::v1 as pb;
 use futures::FutureExt;
-use prost::Message;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tonic::metadata::{Ascii, MetadataValue};
@@ -21,6 +21,8 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 /// Events applied under one publication at most (a burst is applied in batches).
 const BATCH: usize = 512;
+/// Bytes of graphs a batch gathers at most (beyond its first event).
+const BATCH_BYTES: usize = 8 << 20;
 
 /// Reconnection delays: doubling from `initial` up to `max`, each shortened by up to 20 %
 /// at random so that many aggregators do not reconnect in step.
@@ -71,6 +73,14 @@ pub(super) struct State {
     pub(super) synced: bool,
     /// Clusters its graphs named.
     pub(super) clusters: BTreeSet<String>,
+    /// Workloads the aggregator holds from it.
+    pub(super) workloads: usize,
+    /// Bytes the aggregator holds for its graphs ([`super::cost::held`]).
+    pub(super) bytes: usize,
+    /// Graphs refused (naming a cluster it may not speak for, or not decoding).
+    pub(super) refused: u64,
+    /// Why the last one was refused.
+    pub(super) refusal: Option<String>,
 }
 
 /// Why an upstream is stale.
@@ -216,14 +226,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// One change an upstream sent, ready to apply.
-pub(super) enum Incoming {
-    /// A new graph for a workload (by uid).
-    Upsert(String, Published),
-    /// A workload (by uid) is gone.
-    Delete(String),
-}
-
 /// How a subscription ended.
 struct Ended {
     reason: String,
@@ -257,8 +259,18 @@ pub(super) async fn run(aggregator: Arc<Aggregator>, upstream: Arc<Upstream>) {
     }
 }
 
-/// A one-line description of a status from an upstream.
-fn describe(status: &tonic::Status) -> String {
+/// A one-line description of a status from an upstream (or of the Watch client refusing
+/// one of its messages).
+fn describe(status: &tonic::Status, limits: &Limits) -> String {
+    if status.code() == tonic::Code::OutOfRange
+        && status.message().contains("message length too large")
+    {
+        return format!(
+            "it sent a message larger than {} bytes (--upstream-max-graph-bytes): {}",
+            limits.max_graph_bytes,
+            crate::excerpt::excerpt(status.message(), 512)
+        );
+    }
     format!(
         "{}: {}",
         crate::metrics::code_name(status.code()),
@@ -266,9 +278,11 @@ fn describe(status: &tonic::Status) -> String {
     )
 }
 
-/// One subscription: connect, Watch from `since`, apply until the stream ends.
+/// One subscription: connect, Watch from `since`, apply until the stream ends or the
+/// upstream breaks a bound.
 async fn follow(aggregator: &Arc<Aggregator>, upstream: &Arc<Upstream>, since: &mut u64) -> Ended {
     let lost = |reason: String, synced: bool| Ended { reason, synced };
+    let limits = aggregator.settings.limits;
     let (channel, token) = match upstream.connect(aggregator.settings.connect_timeout).await {
         Ok(c) => c,
         Err(e) => return lost(e, false),
@@ -278,118 +292,70 @@ async fn follow(aggregator: &Arc<Aggregator>, upstream: &Arc<Upstream>, since: &
         view: pb::View::Full as i32,
         ..Default::default()
     };
-    let mut stream = match wire::watch(channel.clone(), token.as_ref(), request).await {
+    let mut stream = match wire::watch(
+        channel.clone(),
+        token.as_ref(),
+        request,
+        wire::event_limit(limits.max_graph_bytes),
+    )
+    .await
+    {
         Ok(s) => s,
-        Err(status) => return lost(describe(&status), false),
+        Err(status) => return lost(describe(&status, &limits), false),
     };
     upstream.set_connection(Some((channel, token)));
     tracing::info!(upstream = %upstream.name(), since = *since, "following upstream");
-    // A snapshot being collected (a first subscription, or after RESET): uid -> graph.
-    let mut snapshot: Option<HashMap<String, Published>> = (*since == 0).then(HashMap::new);
-    let mut synced = false;
+    let mut session = Session::new(*since, limits);
     loop {
-        let first = match stream.message().await {
-            Ok(Some(event)) => event,
-            Ok(None) => return lost("the upstream ended the Watch stream".to_owned(), synced),
-            Err(status) => return lost(describe(&status), synced),
+        let next = match session.deadline() {
+            Some(deadline) => {
+                match tokio::time::timeout_at(deadline.into(), stream.message()).await {
+                    Ok(next) => next,
+                    Err(_) => return lost(snapshot_too_slow(&limits), false),
+                }
+            }
+            None => stream.message().await,
         };
-        // What else has arrived already joins this batch.
+        let first = match next {
+            Ok(Some(event)) => event,
+            Ok(None) => {
+                return lost(
+                    "the upstream ended the Watch stream".to_owned(),
+                    session.synced,
+                );
+            }
+            Err(status) => return lost(describe(&status, &limits), session.synced),
+        };
+        // What else has arrived already joins this batch (up to a bound in events and
+        // bytes: a batch is held in memory until applied).
+        let mut bytes = first.workload.as_ref().map_or(0, bytes::Bytes::len);
         let mut batch = vec![first];
         let mut end = None;
-        while batch.len() < BATCH {
+        while batch.len() < BATCH && bytes < BATCH_BYTES {
             match stream.message().now_or_never() {
-                Some(Ok(Some(event))) => batch.push(event),
+                Some(Ok(Some(event))) => {
+                    bytes += event.workload.as_ref().map_or(0, bytes::Bytes::len);
+                    batch.push(event);
+                }
                 Some(Ok(None)) => {
                     end = Some("the upstream ended the Watch stream".to_owned());
                     break;
                 }
                 Some(Err(status)) => {
-                    end = Some(describe(&status));
+                    end = Some(describe(&status, &limits));
                     break;
                 }
                 None => break,
             }
         }
-        let mut live: Vec<Incoming> = Vec::new();
-        for event in batch {
-            let kind = pb::EventType::try_from(event.r#type).unwrap_or(pb::EventType::Unspecified);
-            match kind {
-                pb::EventType::Reset => {
-                    aggregator.apply(upstream, std::mem::take(&mut live));
-                    aggregator.mark_stale(upstream, "the upstream sent RESET: resyncing");
-                    snapshot = Some(HashMap::new());
-                }
-                pb::EventType::Added | pb::EventType::Modified => {
-                    let Some((uid, graph)) = received(upstream, event.workload) else {
-                        continue;
-                    };
-                    match snapshot.as_mut() {
-                        Some(s) => {
-                            s.insert(uid, graph);
-                        }
-                        None => {
-                            live.push(Incoming::Upsert(uid, graph));
-                            *since = event.revision;
-                        }
-                    }
-                }
-                pb::EventType::Deleted => {
-                    let Some(uid) = event
-                        .workload
-                        .and_then(|b| WorkloadRef::decode(b).ok())
-                        .and_then(|w| w.r#ref)
-                        .map(|r| r.uid)
-                    else {
-                        continue;
-                    };
-                    match snapshot.as_mut() {
-                        Some(s) => {
-                            s.remove(&uid);
-                        }
-                        None => {
-                            live.push(Incoming::Delete(uid));
-                            *since = event.revision;
-                        }
-                    }
-                }
-                pb::EventType::Synced => {
-                    aggregator.apply(upstream, std::mem::take(&mut live));
-                    match snapshot.take() {
-                        Some(s) => aggregator.reconcile(upstream, s),
-                        None => {
-                            if !aggregator.clear_stale(upstream) {
-                                return lost(
-                                    "its workloads were dropped while resuming; resubscribing from a snapshot".to_owned(),
-                                    false,
-                                );
-                            }
-                        }
-                    }
-                    *since = event.revision;
-                    synced = true;
-                    aggregator.mark_synced(upstream);
-                }
-                pb::EventType::Unspecified => {}
-            }
+        let applied = session.events(aggregator, upstream, batch);
+        *since = session.since;
+        if let Err(reason) = applied {
+            tracing::debug!(upstream = %upstream.name(), %reason, "upstream isolated: it broke a bound");
+            return lost(reason, false);
         }
-        aggregator.apply(upstream, live);
         if let Some(reason) = end {
-            return lost(reason, synced);
-        }
-    }
-}
-
-/// A received graph, decoded once for its summary; `None` (logged) when it does not decode.
-fn received(upstream: &Upstream, bytes: Option<bytes::Bytes>) -> Option<(String, Published)> {
-    let bytes = bytes?;
-    match Published::from_wire(bytes, upstream.name()) {
-        Ok(graph) => {
-            let uid = graph.r#ref.as_ref().map(|r| r.uid.clone())?;
-            Some((uid, graph))
-        }
-        Err(e) => {
-            tracing::warn!(upstream = %upstream.name(), error = %e, "skipped a graph that does not decode");
-            None
+            return lost(reason, session.synced);
         }
     }
 }

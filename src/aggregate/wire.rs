@@ -10,8 +10,14 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 use tonic::{Request, Status, Streaming};
 
-/// Largest message accepted from an upstream (a graph of a very large workload).
-pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+/// What a `WatchEvent` or `ResolveResponse` adds to its graph at most (field keys, lengths,
+/// type, revision and a pod placement's names).
+const ENVELOPE_BYTES: usize = 4096;
+
+/// The largest message accepted from an upstream whose graphs may have `graph_bytes`.
+pub fn event_limit(graph_bytes: usize) -> usize {
+    graph_bytes.saturating_add(ENVELOPE_BYTES)
+}
 
 const WATCH: &str = "/kartograf.v1.WorkloadResolver/Watch";
 const RESOLVE: &str = "/kartograf.v1.WorkloadResolver/Resolve";
@@ -62,21 +68,24 @@ fn request<T>(message: T, token: Option<&MetadataValue<Ascii>>) -> Request<T> {
     request
 }
 
-async fn ready(channel: Channel) -> Result<tonic::client::Grpc<Channel>, Status> {
-    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+/// A client that refuses (before buffering it) any message over `limit` bytes.
+async fn ready(channel: Channel, limit: usize) -> Result<tonic::client::Grpc<Channel>, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(limit);
     grpc.ready()
         .await
         .map_err(|e| Status::unavailable(format!("not reachable: {e}")))?;
     Ok(grpc)
 }
 
-/// Opens a `Watch` on an upstream.
+/// Opens a `Watch` on an upstream; events over `limit` bytes end the stream with
+/// OUT_OF_RANGE.
 pub async fn watch(
     channel: Channel,
     token: Option<&MetadataValue<Ascii>>,
     message: pb::WatchRequest,
+    limit: usize,
 ) -> Result<Streaming<RawWatchEvent>, Status> {
-    let mut grpc = ready(channel).await?;
+    let mut grpc = ready(channel, limit).await?;
     let codec = tonic_prost::ProstCodec::<pb::WatchRequest, RawWatchEvent>::default();
     let response = grpc
         .server_streaming(
@@ -88,13 +97,14 @@ pub async fn watch(
     Ok(response.into_inner())
 }
 
-/// Calls `Resolve` on an upstream.
+/// Calls `Resolve` on an upstream (an answer over `limit` bytes is OUT_OF_RANGE).
 pub async fn resolve(
     channel: Channel,
     token: Option<&MetadataValue<Ascii>>,
     message: pb::ResolveRequest,
+    limit: usize,
 ) -> Result<RawResolveResponse, Status> {
-    let mut grpc = ready(channel).await?;
+    let mut grpc = ready(channel, limit).await?;
     let codec = tonic_prost::ProstCodec::<pb::ResolveRequest, RawResolveResponse>::default();
     let response = grpc
         .unary(

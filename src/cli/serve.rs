@@ -64,6 +64,25 @@ pub struct Args {
     /// `upstream_stale` diagnostic, before they are deleted.
     #[arg(long, env = "KARTOGRAF_UPSTREAM_GRACE", default_value = "60s", value_parser = super::resolve::parse_duration)]
     pub upstream_grace: Duration,
+    /// Largest graph (encoded) an upstream may send, and 16 times this decoded; a larger
+    /// one isolates the upstream (its connection dropped, marked stale with the reason,
+    /// reconnected with backoff).
+    #[arg(long, env = "KARTOGRAF_UPSTREAM_MAX_GRAPH_BYTES", default_value = "16Mi", value_parser = super::parse_bytes)]
+    pub upstream_max_graph_bytes: u64,
+    /// Workloads held from one upstream (and in one snapshot); more isolate the upstream.
+    #[arg(
+        long,
+        env = "KARTOGRAF_UPSTREAM_MAX_WORKLOADS",
+        default_value_t = 100_000
+    )]
+    pub upstream_max_workloads: usize,
+    /// Bytes held for one upstream's graphs, encodings and decoded summaries (and in one
+    /// snapshot); more isolate the upstream.
+    #[arg(long, env = "KARTOGRAF_UPSTREAM_MAX_BYTES", default_value = "2Gi", value_parser = super::parse_bytes)]
+    pub upstream_max_bytes: u64,
+    /// How long an upstream's snapshot may take to reach SYNCED before it is isolated.
+    #[arg(long, env = "KARTOGRAF_UPSTREAM_SNAPSHOT_TIMEOUT", default_value = "5m", value_parser = super::resolve::parse_duration)]
+    pub upstream_snapshot_timeout: Duration,
     /// An aggregator is ready at once, serving the upstreams that synced so far, instead of
     /// once every configured upstream synced.
     #[arg(long, env = "KARTOGRAF_SERVE_PARTIAL")]
@@ -439,10 +458,17 @@ fn serve_upstreams(
     // Definitions serve ListDefinitions, ValidateDefinition and inline requests that name no
     // cluster (loaded once: an aggregator resolves nothing else itself).
     let catalog = super::load_catalog(&args.definitions)?;
+    let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     let settings = aggregate::Settings {
         grace: args.upstream_grace,
         serve_partial: args.serve_partial,
         history: args.history,
+        limits: aggregate::Limits {
+            max_graph_bytes: bytes(args.upstream_max_graph_bytes),
+            max_workloads: args.upstream_max_workloads,
+            max_bytes: bytes(args.upstream_max_bytes),
+            snapshot_timeout: args.upstream_snapshot_timeout,
+        },
         ..aggregate::Settings::default()
     };
     let aggregator = Aggregator::new(catalog, settings);

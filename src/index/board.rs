@@ -84,12 +84,16 @@ pub(super) struct State {
     pub(super) revision: u64,
     pub(super) workloads: HashMap<Key, Arc<WorkloadEntry>>,
     history: VecDeque<Change>,
+    /// Encoded bytes of the history's graphs (shared ones counted too).
+    history_bytes: usize,
 }
 
 /// Published graphs, revisions and the change history (see the module docs).
 pub struct Board {
     state: RwLock<State>,
     history_cap: usize,
+    /// Bytes of graphs the history keeps at most (the last change is always kept).
+    history_bytes_cap: usize,
     revision_tx: tokio::sync::watch::Sender<u64>,
 }
 
@@ -167,8 +171,16 @@ impl Board {
                 ..State::default()
             }),
             history_cap: history_cap.max(1),
+            history_bytes_cap: usize::MAX,
             revision_tx,
         }
+    }
+
+    /// The same board, its history also bounded by the bytes of its graphs (an
+    /// aggregator's: what upstreams send is not trusted to be small).
+    pub fn with_history_bytes(mut self, cap: usize) -> Board {
+        self.history_bytes_cap = cap;
+        self
     }
 
     pub(super) fn set_history_cap(&mut self, cap: usize) {
@@ -300,6 +312,7 @@ impl Board {
     ) {
         state.revision += 1;
         let revision = state.revision;
+        state.history_bytes = state.history_bytes.saturating_add(workload.encoded_len());
         state.history.push_back(Change {
             key,
             revision,
@@ -308,8 +321,14 @@ impl Board {
             labels,
             previous,
         });
-        while state.history.len() > self.history_cap {
-            state.history.pop_front();
+        while state.history.len() > self.history_cap
+            || (state.history_bytes > self.history_bytes_cap && state.history.len() > 1)
+        {
+            if let Some(old) = state.history.pop_front() {
+                state.history_bytes = state
+                    .history_bytes
+                    .saturating_sub(old.workload.encoded_len());
+            }
         }
     }
 
@@ -655,6 +674,44 @@ mod tests {
         assert!(
             !more && none.is_empty(),
             "no cluster: after all of that key"
+        );
+    }
+
+    #[test]
+    fn the_history_is_capped_by_bytes_too() {
+        // The size of one published (stamped) graph.
+        let scratch = Board::new(1);
+        scratch.publish(vec![update("k", "", 1)], vec![]);
+        let one = scratch.get("k").unwrap().graph.encoded_len();
+        // Room for three changes' graphs (and at most 100 changes).
+        let board = Board::new(100).with_history_bytes(3 * one + one / 2);
+        let start = board.revision();
+        for pods in 1..=10 {
+            board.publish(vec![update("k", "", pods)], vec![]);
+        }
+        let state = board.read();
+        assert_eq!(state.history.len(), 3);
+        let bytes: usize = state.history.iter().map(|c| c.workload.encoded_len()).sum();
+        assert_eq!(state.history_bytes, bytes);
+        drop(state);
+        assert!(
+            board
+                .changes_since_counted(start + 5, &Filter::default())
+                .is_none(),
+            "a cursor older than the bytes kept resets"
+        );
+        assert!(
+            board
+                .changes_since_counted(start + 7, &Filter::default())
+                .is_some()
+        );
+        // One change larger than the cap is still kept (the last one always is).
+        let tiny = Board::new(100).with_history_bytes(1);
+        let from = tiny.revision();
+        tiny.publish(vec![update("k", "", 1)], vec![]);
+        assert!(
+            tiny.changes_since_counted(from, &Filter::default())
+                .is_some()
         );
     }
 

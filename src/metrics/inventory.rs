@@ -56,6 +56,11 @@ pub struct UpstreamHealth {
     pub synced: bool,
     /// Workloads the aggregator holds from it.
     pub workloads: usize,
+    /// Bytes the aggregator holds for its graphs (encodings plus decoded summaries).
+    pub bytes: usize,
+    /// Graphs it sent that were refused (naming a cluster it may not speak for, or not
+    /// decoding).
+    pub refused: u64,
 }
 
 impl Observed for Index {
@@ -468,6 +473,30 @@ impl Collector for Inventory {
                     .iter()
                     .map(|u| ([("cluster", u.name.as_str())], u.workloads as i64)),
             )?;
+            gauges(
+                e,
+                "kartograf_upstream_bytes",
+                "Bytes the aggregator holds for an upstream's graphs: encodings plus decoded summaries (bounded by --upstream-max-bytes)",
+                upstreams.iter().map(|u| {
+                    (
+                        [("cluster", u.name.as_str())],
+                        i64::try_from(u.bytes).unwrap_or(i64::MAX),
+                    )
+                }),
+            )?;
+            let mut metric = e.encode_descriptor(
+                "kartograf_upstream_refused_graphs",
+                "Graphs of an upstream that were not published: naming a cluster it may not speak for, or not decoding.",
+                None,
+                MetricType::Counter,
+            )?;
+            for u in &upstreams {
+                metric
+                    .encode_family(&[("cluster", u.name.as_str())])?
+                    .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+                    &u.refused, None,
+                )?;
+            }
         }
         Ok(())
     }

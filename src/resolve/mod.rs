@@ -355,11 +355,12 @@ pub fn same_answers(
 
 /// Strips a graph to its summary: no component tree, pod lists or gang members.
 pub fn summarize(workload: &mut pb::Workload) {
-    workload.components.clear();
-    workload.unattributed_pods.clear();
+    // Taken, not cleared: a cleared Vec keeps its buffer in the summary.
+    drop(std::mem::take(&mut workload.components));
+    drop(std::mem::take(&mut workload.unattributed_pods));
     if let Some(gang) = workload.gang.as_mut() {
         fn strip(g: &mut pb::GangGroup) {
-            g.pods.clear();
+            drop(std::mem::take(&mut g.pods));
             g.subgroups.iter_mut().for_each(strip);
         }
         gang.groups.iter_mut().for_each(strip);

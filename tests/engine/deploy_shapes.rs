@@ -407,6 +407,12 @@ fn namespace_shards_behind_an_aggregator() {
         assert_eq!(grpc["port"].to_string(), port, "{v}");
         let shard = selected(&all, &service["spec"]["selector"]);
         assert!(!std::ptr::eq(shard, aggregator));
+        // The aggregator lets it speak for the cluster its graphs name (else it refuses them).
+        let cluster = flag(shard, "--cluster-name").expect("a cluster name");
+        assert!(
+            upstream.name == cluster || upstream.clusters.contains(&cluster),
+            "{v}: may not speak for cluster {cluster}"
+        );
         followed.insert(
             shard["metadata"]["name"]
                 .as_str()

@@ -991,7 +991,11 @@ async fn two_namespace_shards_behind_an_aggregator_equal_one_unsharded_server() 
     let whole = Cluster::start("prod", &dir, 0).await;
     let ml = Cluster::start_with("prod", &dir, 0, Some("ml".into()), None, None).await;
     let serving = Cluster::start_with("prod", &dir, 0, Some("serving".into()), None, None).await;
-    let shard = |c: &Cluster, name: &str| UpstreamConfig::new(name, &c.url());
+    // Each shard may speak for cluster prod besides its own name.
+    let shard = |c: &Cluster, name: &str| UpstreamConfig {
+        clusters: vec!["prod".into()],
+        ..UpstreamConfig::new(name, &c.url())
+    };
     let mut h = hub(
         vec![shard(&ml, "prod-ml"), shard(&serving, "prod-serving")],
         fast(Duration::from_secs(60)),

@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+mod aggregator;
 mod files;
 mod net;
 mod resolve;
