@@ -115,7 +115,9 @@ class Server:
             self.log_path = workdir / "server.log"
         else:
             self.manifests = upstream.manifests
-            source = ["--upstream", f"demo=http://{upstream.address}"]
+            # The upstream serves the demo cluster as `default` (no --cluster-name): the
+            # aggregator lets it speak for that cluster only.
+            source = ["--upstream", f"demo@default=http://{upstream.address}"]
             self.log_path = workdir / "aggregator.log"
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
