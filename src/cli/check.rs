@@ -116,7 +116,7 @@ fn crds(args: &Args) -> (Vec<Crd>, Vec<String>, Vec<String>) {
         match cluster_crds() {
             Ok(c) => {
                 crds.extend(c);
-                sources.push(crate::source::crds::CLUSTER.to_owned());
+                sources.push(crate::source::kube::crds::CLUSTER.to_owned());
             }
             Err(e) => errors.push(format!("cluster: {e:#}")),
         }
@@ -132,7 +132,7 @@ fn cluster_crds() -> anyhow::Result<Vec<Crd>> {
         let client = ::kube::Client::try_default()
             .await
             .map_err(|e| anyhow::anyhow!("no usable kubeconfig or in-cluster config: {e}"))?;
-        crate::source::crds::list(&client).await
+        crate::source::kube::crds::list(&client).await
     })
 }
 

@@ -410,7 +410,13 @@ async fn serve_cluster(
                 .context("no --manifests given and no usable kubeconfig or in-cluster config")?;
             let settings = kube::Settings {
                 rediscover: args.rediscover,
-                metrics: Some(shared.metrics.clone()),
+                counters: {
+                    let counters = Arc::default();
+                    shared
+                        .metrics
+                        .count_informers(std::sync::Arc::clone(&counters));
+                    counters
+                },
                 namespace: args.namespace.clone(),
                 ..kube::Settings::default()
             };

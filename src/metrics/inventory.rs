@@ -111,6 +111,52 @@ impl Observed for Index {
 pub(super) struct Inventory {
     pub(super) source: Arc<dyn Observed>,
     pub(super) report: Arc<LoadReport>,
+    /// The Kubernetes source's counters, once it runs.
+    pub(super) informers: Arc<std::sync::OnceLock<Arc<crate::source::kube::Counters>>>,
+}
+
+/// The informer counters of a Kubernetes source, as three counter families by kind.
+fn informers(
+    e: &mut DescriptorEncoder,
+    counters: &crate::source::kube::Counters,
+) -> Result<(), Error> {
+    use prometheus_client::encoding::NoLabelSet;
+    let kinds = counters.snapshot();
+    {
+        let mut metric = e.encode_descriptor(
+            "kartograf_informer_events",
+            "Events received from cluster watches, by kind and event type",
+            None,
+            MetricType::Counter,
+        )?;
+        for (kind, k) in &kinds {
+            for (event, n) in &k.events {
+                metric
+                    .encode_family(&[("kind", kind.as_str()), ("type", *event)])?
+                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+    }
+    for (name, help, value) in [
+        (
+            "kartograf_informer_restarts",
+            "Cluster watches restarted with a full relist, by kind",
+            (|k: &crate::source::kube::counters::Kind| k.restarts) as fn(&_) -> u64,
+        ),
+        (
+            "kartograf_informer_errors",
+            "Cluster watch errors, by kind",
+            |k: &crate::source::kube::counters::Kind| k.errors,
+        ),
+    ] {
+        let mut metric = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (kind, k) in kinds.iter().filter(|(_, k)| value(k) > 0) {
+            metric
+                .encode_family(&[("kind", kind.as_str())])?
+                .encode_counter::<NoLabelSet, _, u64>(&value(k), None)?;
+        }
+    }
+    Ok(())
 }
 
 impl std::fmt::Debug for Inventory {
@@ -214,6 +260,9 @@ fn unattributed(index: &Index, w: &pb::Workload) -> Vec<AttributedPod> {
 impl Collector for Inventory {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), Error> {
         let e = &mut encoder;
+        if let Some(counters) = self.informers.get() {
+            informers(e, counters)?;
+        }
         let sizes = self.source.sizes();
         let none: [(&str, &str); 0] = [];
         gauges(

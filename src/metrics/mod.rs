@@ -1,7 +1,8 @@
 //! Prometheus metrics (all named `kartograf_*`), exposed as OpenMetrics text on the admin
 //! port's `/metrics`.
 //!
-//! Two kinds: event counters kept here (RPCs, Watch subscribers, informer events), and
+//! Two kinds: event counters kept here (RPCs, Watch subscribers) or by the source that
+//! counts them (informer events, read at scrape time), and
 //! state computed at every scrape from what the server serves ([`Observed`]: the index, or an
 //! aggregator; [`inventory`]: index sizes, definition load errors, diagnostics, per-workload
 //! GPUs/pods/phase, the pod-to-workload join, upstreams). The per-workload and per-pod series
@@ -35,17 +36,6 @@ struct MethodLabels {
     method: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabels {
-    kind: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EventLabels {
-    kind: String,
-    r#type: String,
-}
-
 type HistogramFamily = Family<MethodLabels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -60,9 +50,8 @@ pub struct Metrics {
     rpc_duration: HistogramFamily,
     watch_subscribers: Gauge,
     watch_coalesced: Counter,
-    informer_events: Family<EventLabels, Counter>,
-    informer_restarts: Family<KindLabels, Counter>,
-    informer_errors: Family<KindLabels, Counter>,
+    /// The Kubernetes source's counters (read at scrape time), once one runs.
+    informers: Arc<std::sync::OnceLock<Arc<crate::source::kube::Counters>>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -100,34 +89,19 @@ impl Metrics {
             "Watch changes merged into a later change of the same workload for a slow subscriber",
             watch_coalesced.clone(),
         );
-        let informer_events = Family::<EventLabels, Counter>::default();
-        registry.register(
-            "kartograf_informer_events",
-            "Events received from cluster watches, by kind and event type",
-            informer_events.clone(),
-        );
-        let informer_restarts = Family::<KindLabels, Counter>::default();
-        registry.register(
-            "kartograf_informer_restarts",
-            "Cluster watches restarted with a full relist, by kind",
-            informer_restarts.clone(),
-        );
-        let informer_errors = Family::<KindLabels, Counter>::default();
-        registry.register(
-            "kartograf_informer_errors",
-            "Cluster watch errors, by kind",
-            informer_errors.clone(),
-        );
-        registry.register_collector(Box::new(inventory::Inventory { source, report }));
+        let informers = Arc::new(std::sync::OnceLock::new());
+        registry.register_collector(Box::new(inventory::Inventory {
+            source,
+            report,
+            informers: informers.clone(),
+        }));
         Arc::new(Metrics {
             registry,
             rpc_requests,
             rpc_duration,
             watch_subscribers,
             watch_coalesced,
-            informer_events,
-            informer_restarts,
-            informer_errors,
+            informers,
         })
     }
 
@@ -165,33 +139,10 @@ impl Metrics {
         }
     }
 
-    /// A cluster watch of `kind` delivered an event (`event_type`: e.g. `apply`, `delete`,
-    /// `init_done`).
-    pub fn informer_event(&self, kind: &str, event_type: &str) {
-        self.informer_events
-            .get_or_create(&EventLabels {
-                kind: kind.to_owned(),
-                r#type: event_type.to_owned(),
-            })
-            .inc();
-    }
-
-    /// A cluster watch of `kind` restarted (relist).
-    pub fn informer_restart(&self, kind: &str) {
-        self.informer_restarts
-            .get_or_create(&KindLabels {
-                kind: kind.to_owned(),
-            })
-            .inc();
-    }
-
-    /// A cluster watch of `kind` failed (it retries).
-    pub fn informer_error(&self, kind: &str) {
-        self.informer_errors
-            .get_or_create(&KindLabels {
-                kind: kind.to_owned(),
-            })
-            .inc();
+    /// Exposes the informer counters of the Kubernetes source (events, restarts and
+    /// errors by kind) from now on; only the first source given is read.
+    pub fn count_informers(&self, counters: Arc<crate::source::kube::Counters>) {
+        let _ = self.informers.set(counters);
     }
 
     /// Every metric, in the OpenMetrics text format ([`CONTENT_TYPE`]).

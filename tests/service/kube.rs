@@ -79,7 +79,7 @@ fn settings(rediscover: Duration) -> source::Settings {
             jitter: 0.0,
         },
         startup_attempts: 3,
-        metrics: None,
+        counters: Default::default(),
         namespace: None,
     }
 }
@@ -639,7 +639,7 @@ async fn kube_500_backoff_grows_resets_and_gates_readiness() {
     let report = Arc::new(kartograf::definition::LoadReport::default());
     let metrics =
         kartograf::metrics::Metrics::new(Arc::new(Index::new(Default::default(), &[])), report);
-    s.metrics = Some(metrics.clone());
+    metrics.count_informers(s.counters.clone());
     let (index, _report, _running) = start_with(fake.client(), s);
     eventually("three failed JobSet lists", || {
         fake.seen(JOBSETS).iter().filter(|r| r.code == 500).count() >= 3

@@ -22,15 +22,22 @@
 //! (`kubernetes:{group}/{version}/{kind}`), so a relist of one kind only replaces that kind's
 //! objects.
 //!
-//! Errors back off per kind ([`Backoff`]: exponential with jitter, reset by any successful
+//! Events, restarts and errors are counted per kind in [`Counters`], which the metrics read
+//! at scrape time. Errors back off per kind ([`Backoff`]: exponential with jitter, reset by any successful
 //! event, at least the server's `retryAfterSeconds`). Readiness ([`SOURCE`]) waits until every
 //! kind served at startup delivered its first full list; a kind whose list keeps failing keeps
 //! readiness false, except when it is forbidden (403): after `startup_attempts` forbidden
 //! attempts readiness stops waiting for it, and it keeps retrying with backoff.
 
+mod backoff;
 mod convert;
+pub mod counters;
+pub mod crds;
 mod document;
 mod informer;
+
+pub use backoff::Backoff;
+pub use counters::Counters;
 
 pub use informer::forbidden_message;
 use informer::watch_kind;
@@ -52,55 +59,6 @@ pub const SOURCE: &str = "kubernetes";
 /// `(group, kind)`: a watched kind regardless of version.
 type GroupKind = (String, String);
 
-/// Retry delays after watch/list errors: `initial × factor^n`, capped at `max`, each shortened
-/// by up to `jitter` (a fraction) at random.
-#[derive(Debug, Clone, Copy)]
-pub struct Backoff {
-    /// First delay.
-    pub initial: Duration,
-    /// Growth per consecutive error.
-    pub factor: f64,
-    /// Largest delay.
-    pub max: Duration,
-    /// Random reduction of each delay, 0.0–1.0.
-    pub jitter: f64,
-}
-
-impl Default for Backoff {
-    /// 800 ms, ×2, at most 30 s, up to 20 % jitter.
-    fn default() -> Self {
-        Backoff {
-            initial: Duration::from_millis(800),
-            factor: 2.0,
-            max: Duration::from_secs(30),
-            jitter: 0.2,
-        }
-    }
-}
-
-impl Backoff {
-    /// The delay after the `attempt`-th consecutive error (0-based).
-    pub fn delay(&self, attempt: u32) -> Duration {
-        let exp = i32::try_from(attempt).unwrap_or(i32::MAX);
-        let secs = self.initial.as_secs_f64() * self.factor.max(1.0).powi(exp);
-        let capped = secs.min(self.max.as_secs_f64()).max(0.0);
-        let jitter = self.jitter.clamp(0.0, 1.0) * random_fraction();
-        Duration::from_secs_f64(capped * (1.0 - jitter))
-    }
-}
-
-/// A random number in [0, 1) (std's randomly keyed hasher; no RNG dependency needed).
-fn random_fraction() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::UNIX_EPOCH
-            .elapsed()
-            .map_or(0, |d| d.as_nanos()),
-    );
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
-}
-
 /// Settings of the Kubernetes source.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -111,8 +69,8 @@ pub struct Settings {
     /// Discovery passes, and forbidden list attempts per kind, before readiness stops
     /// waiting for what still fails.
     pub startup_attempts: u32,
-    /// Where informer events, restarts and errors are counted.
-    pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Where informer events, restarts and errors are counted (the metrics read them).
+    pub counters: Arc<Counters>,
     /// Only objects and pods of this namespace (namespace sharding); Karta objects, being
     /// cluster-scoped, are always all read.
     pub namespace: Option<String>,
@@ -124,7 +82,7 @@ impl Default for Settings {
             rediscover: Duration::from_secs(30),
             backoff: Backoff::default(),
             startup_attempts: 3,
-            metrics: None,
+            counters: Arc::default(),
             namespace: None,
         }
     }
@@ -273,9 +231,7 @@ impl Ctx {
     /// kind's objects), `apply` or `delete`.
     fn on_event(&self, source: &str, event: &'static str) {
         tracing::trace!(source = %source, event, "kubernetes: event");
-        if let Some(m) = &self.settings.metrics {
-            m.informer_event(kind_label(source), event);
-        }
+        self.settings.counters.event(kind_label(source), event);
     }
 
     /// A watcher (re)started listing a kind: `relist` is false for the first list of a
@@ -283,18 +239,14 @@ impl Ctx {
     fn on_restart(&self, source: &str, relist: bool) {
         if relist {
             tracing::info!(source = %source, "kubernetes: relisting");
-            if let Some(m) = &self.settings.metrics {
-                m.informer_restart(kind_label(source));
-            }
+            self.settings.counters.restart(kind_label(source));
         }
     }
 
     /// A list or watch request of a kind failed; `delay` is the backoff before the retry.
     fn on_error(&self, source: &str, error: &watcher::Error, delay: Duration) {
         tracing::warn!(source = %source, retry_in = ?delay, "kubernetes: watch error (retrying): {error}");
-        if let Some(m) = &self.settings.metrics {
-            m.informer_error(kind_label(source));
-        }
+        self.settings.counters.error(kind_label(source));
     }
 }
 
@@ -410,41 +362,12 @@ pub async fn run(
 /// ([`super::crds`]).
 fn spawn_drift_check(tasks: &mut JoinSet<()>, ctx: &Ctx) {
     if let Some(p) = &ctx.publisher {
-        tasks.spawn(super::crds::run(
+        tasks.spawn(crds::run(
             ctx.client.clone(),
             ctx.index.clone(),
             p.report(),
             p.subscribe(),
             ctx.settings.backoff,
         ));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Backoff;
-    use std::time::Duration;
-
-    #[test]
-    fn backoff_grows_caps_and_jitters_downwards() {
-        let exact = Backoff {
-            jitter: 0.0,
-            ..Backoff::default()
-        };
-        let delays: Vec<Duration> = (0..8).map(|n| exact.delay(n)).collect();
-        assert_eq!(delays[0], Duration::from_millis(800));
-        assert_eq!(delays[1], Duration::from_millis(1600));
-        assert_eq!(delays[5], Duration::from_millis(25_600));
-        assert_eq!(delays[6], Duration::from_secs(30), "capped");
-        assert_eq!(exact.delay(u32::MAX), Duration::from_secs(30));
-        let jittered = Backoff::default();
-        let samples: Vec<Duration> = (0..50).map(|_| jittered.delay(2)).collect();
-        assert!(
-            samples
-                .iter()
-                .all(|d| *d <= Duration::from_millis(3200) && *d >= Duration::from_millis(2560)),
-            "{samples:?}"
-        );
-        assert!(samples.iter().any(|d| *d != samples[0]), "jitter varies");
     }
 }

@@ -138,7 +138,7 @@ pub async fn run(
     index: Arc<Index>,
     report: Arc<LoadReport>,
     mut catalog_changes: tokio::sync::watch::Receiver<u64>,
-    backoff: super::kube::Backoff,
+    backoff: super::Backoff,
 ) {
     let api = Api::<DynamicObject>::all_with(client, &crd_resource());
     let mut wanted = relevant(&index.catalog());
