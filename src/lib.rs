@@ -41,6 +41,7 @@
 
 pub mod admin;
 pub mod aggregate;
+pub mod backoff;
 pub mod cli;
 pub mod definition;
 pub mod drift;
@@ -52,6 +53,7 @@ pub mod metrics;
 pub mod model;
 pub mod parallel;
 pub mod proto;
+pub mod random;
 pub mod resolve;
 pub mod server;
 pub mod source;

@@ -4,7 +4,7 @@
 use super::wire::{self, WorkloadRef};
 use super::{Aggregator, Upstream};
 use crate::excerpt::echo;
-use crate::index::{Published, WorkloadEntry, relock};
+use crate::index::{Published, WorkloadEntry};
 use crate::metrics::Observed;
 use crate::proto::v1 as pb;
 use crate::server::{ResolveFrame, Store, validate};
@@ -50,7 +50,8 @@ fn ambiguous(what: &str, clusters: &BTreeSet<String>) -> Status {
 impl Aggregator {
     /// The configured upstreams that may hold `cluster` (all for an empty one).
     fn upstreams_for(&self, cluster: &str) -> Vec<Arc<Upstream>> {
-        relock(self.upstreams.read())
+        self.upstreams
+            .read()
             .values()
             .filter(|u| cluster.is_empty() || u.serves(cluster))
             .cloned()
@@ -152,7 +153,8 @@ impl Store for Aggregator {
         if self.synced() {
             return Vec::new();
         }
-        relock(self.pending.lock())
+        self.pending
+            .lock()
             .iter()
             .map(|n| format!("upstream {n}"))
             .collect()
@@ -160,13 +162,16 @@ impl Store for Aggregator {
 
     fn workload(&self, r: &pb::ObjectRef, cluster: &str) -> Result<Arc<Published>, Status> {
         let candidates: Vec<Arc<WorkloadEntry>> = if r.uid.is_empty() {
-            let keys = relock(self.names.read())
+            let keys = self
+                .names
+                .read()
                 .get(&(r.namespace.clone(), r.name.clone()))
                 .cloned()
                 .unwrap_or_default();
             keys.iter().filter_map(|k| self.board.get(k)).collect()
         } else {
-            relock(self.upstreams.read())
+            self.upstreams
+                .read()
                 .values()
                 .filter_map(|u| self.board.get(&u.key(&r.uid)))
                 .collect()

@@ -28,16 +28,18 @@ mod session;
 mod upstream;
 pub mod wire;
 
+pub use crate::backoff::Backoff;
 pub use config::UpstreamConfig;
-pub use upstream::{Backoff, Upstream};
+pub use upstream::Upstream;
 
 use crate::definition::Catalog;
-use crate::index::{Board, Key, Labels, Publication, Published, WorkloadEntry, relock};
+use crate::index::{Board, Key, Labels, Publication, Published, WorkloadEntry};
 use crate::proto::v1 as pb;
+use parking_lot::{Mutex, RwLock};
 use session::Incoming;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 use upstream::Stale;
 
@@ -100,7 +102,13 @@ impl Default for Settings {
             grace: Duration::from_secs(60),
             serve_partial: false,
             history: crate::index::DEFAULT_HISTORY,
-            backoff: Backoff::default(),
+            // 250 ms doubling to 10 s, 20 % jitter: upstreams come back quickly.
+            backoff: Backoff {
+                initial: Duration::from_millis(250),
+                factor: 2.0,
+                max: Duration::from_secs(10),
+                jitter: 0.2,
+            },
             connect_timeout: Duration::from_secs(5),
             forward_timeout: Duration::from_secs(10),
             limits: Limits::default(),
@@ -192,7 +200,7 @@ impl Aggregator {
     pub fn set_upstreams(self: &Arc<Self>, configs: Vec<UpstreamConfig>) {
         let first = !self.started.swap(true, Ordering::AcqRel);
         if first && !self.settings.serve_partial {
-            let mut pending = relock(self.pending.lock());
+            let mut pending = self.pending.lock();
             pending.extend(configs.iter().map(|c| c.name.clone()));
         }
         if first && (configs.is_empty() || self.settings.serve_partial) {
@@ -200,13 +208,13 @@ impl Aggregator {
         }
         let wanted: HashMap<&str, &UpstreamConfig> =
             configs.iter().map(|c| (c.name.as_str(), c)).collect();
-        let current: Vec<Arc<Upstream>> = relock(self.upstreams.read()).values().cloned().collect();
+        let current: Vec<Arc<Upstream>> = self.upstreams.read().values().cloned().collect();
         for up in &current {
             match wanted.get(up.name()) {
                 None => self.remove_upstream(up),
                 Some(c) if **c != up.config => {
                     tracing::info!(upstream = %up.name(), "upstream settings changed; reconnecting");
-                    if let Some(task) = relock(up.task.lock()).take() {
+                    if let Some(task) = up.task.lock().take() {
                         task.abort();
                     }
                     let replacement = Arc::new(Upstream::new((*c).clone()));
@@ -233,18 +241,20 @@ impl Aggregator {
 
     fn start(self: &Arc<Self>, up: Arc<Upstream>) {
         // Registered before its task runs: what the task applies is for the current upstream.
-        relock(self.upstreams.write()).insert(up.name().to_owned(), up.clone());
+        self.upstreams
+            .write()
+            .insert(up.name().to_owned(), up.clone());
         let task = tokio::spawn(upstream::run(self.clone(), up.clone()));
-        *relock(up.task.lock()) = Some(task);
+        *up.task.lock() = Some(task);
     }
 
     fn remove_upstream(&self, up: &Arc<Upstream>) {
         tracing::info!(upstream = %up.name(), "upstream removed from the configuration; its workloads are deleted");
-        if let Some(task) = relock(up.task.lock()).take() {
+        if let Some(task) = up.task.lock().take() {
             task.abort();
         }
-        let _writer = relock(self.writer.lock());
-        relock(self.upstreams.write()).remove(up.name());
+        let _writer = self.writer.lock();
+        self.upstreams.write().remove(up.name());
         let gone = self.keys_of(up);
         self.publish(up, Vec::new(), gone);
         self.settle_pending(up.name());
@@ -252,12 +262,13 @@ impl Aggregator {
 
     /// The upstreams now, by name.
     pub fn upstream(&self, name: &str) -> Option<Arc<Upstream>> {
-        relock(self.upstreams.read()).get(name).cloned()
+        self.upstreams.read().get(name).cloned()
     }
 
     /// True while `up` is the configured upstream of its name (not removed or replaced).
     fn is_current(&self, up: &Arc<Upstream>) -> bool {
-        relock(self.upstreams.read())
+        self.upstreams
+            .read()
             .get(up.name())
             .is_some_and(|u| Arc::ptr_eq(u, up))
     }
@@ -288,7 +299,7 @@ impl Aggregator {
             .map(held)
             .collect();
         {
-            let mut names = relock(self.names.write());
+            let mut names = self.names.write();
             let mut unname = |key: &Key, name: (String, String)| {
                 if let Some(keys) = names.get_mut(&name) {
                     keys.retain(|k| k != key);
@@ -358,7 +369,7 @@ impl Aggregator {
         if changes.is_empty() {
             return Ok(());
         }
-        let _writer = relock(self.writer.lock());
+        let _writer = self.writer.lock();
         if !self.is_current(up) {
             return Ok(());
         }
@@ -418,7 +429,9 @@ impl Aggregator {
                 return false;
             }
         }
-        !relock(self.upstreams.read())
+        !self
+            .upstreams
+            .read()
             .values()
             .any(|o| o.name() != up.name() && (o.name() == cluster || lists(o, cluster)))
     }
@@ -437,7 +450,7 @@ impl Aggregator {
     /// Replaces what `up` holds with a full snapshot: only differences are published (a
     /// stale graph equal to its fresh version is published once more, without its mark).
     fn reconcile(&self, up: &Arc<Upstream>, snapshot: HashMap<String, Published>) {
-        let _writer = relock(self.writer.lock());
+        let _writer = self.writer.lock();
         if !self.is_current(up) {
             return;
         }
@@ -460,7 +473,7 @@ impl Aggregator {
     /// too, and the reason is the latest) and arms the timer that deletes them after the
     /// grace period.
     fn mark_stale(self: &Arc<Self>, up: &Arc<Upstream>, reason: &str) {
-        let _writer = relock(self.writer.lock());
+        let _writer = self.writer.lock();
         if !self.is_current(up) {
             return;
         }
@@ -532,7 +545,7 @@ impl Aggregator {
     /// False when its workloads were dropped meanwhile (the grace period ended): the caller
     /// must subscribe again from a snapshot.
     fn clear_stale(&self, up: &Arc<Upstream>) -> bool {
-        let _writer = relock(self.writer.lock());
+        let _writer = self.writer.lock();
         if !self.is_current(up) {
             return true;
         }
@@ -556,7 +569,7 @@ impl Aggregator {
     /// The grace period of loss `epoch` ended: if `up` is still stale since then, its
     /// workloads are deleted (its next subscription starts from a snapshot).
     fn expire(&self, up: &Arc<Upstream>, epoch: u64) {
-        let _writer = relock(self.writer.lock());
+        let _writer = self.writer.lock();
         {
             let mut state = up.state();
             if state.stale.is_none() || state.epoch != epoch {
@@ -581,7 +594,7 @@ impl Aggregator {
     }
 
     fn settle_pending(&self, name: &str) {
-        let mut pending = relock(self.pending.lock());
+        let mut pending = self.pending.lock();
         pending.remove(name);
         if pending.is_empty() {
             self.synced.store(true, Ordering::Release);

@@ -3,7 +3,7 @@
 
 use super::{Aggregator, Upstream, rfc3339};
 use crate::definition::Catalog;
-use crate::index::{AttributedPod, Board, Sizes, SourceProblem, UnownedGpuPod, relock};
+use crate::index::{AttributedPod, Board, Sizes, SourceProblem, UnownedGpuPod};
 use crate::metrics::{Observed, UpstreamHealth};
 use crate::proto::v1 as pb;
 use std::collections::BTreeMap;
@@ -94,8 +94,7 @@ impl Observed for Aggregator {
 
     fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)> {
         // Each upstream is a source: a stale one reports why.
-        let upstreams: Vec<Arc<Upstream>> =
-            relock(self.upstreams.read()).values().cloned().collect();
+        let upstreams: Vec<Arc<Upstream>> = self.upstreams.read().values().cloned().collect();
         upstreams
             .iter()
             .map(|up| {
@@ -115,8 +114,7 @@ impl Observed for Aggregator {
     }
 
     fn upstreams(&self) -> Vec<UpstreamHealth> {
-        let upstreams: Vec<Arc<Upstream>> =
-            relock(self.upstreams.read()).values().cloned().collect();
+        let upstreams: Vec<Arc<Upstream>> = self.upstreams.read().values().cloned().collect();
         upstreams
             .iter()
             .map(|up| {

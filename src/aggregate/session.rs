@@ -288,7 +288,6 @@ mod tests {
     use super::*;
     use crate::aggregate::{Settings, UpstreamConfig};
     use crate::definition::Catalog;
-    use crate::index::relock;
     use crate::server::Store;
     use proptest::prelude::*;
     use std::collections::{BTreeMap, BTreeSet};
@@ -330,7 +329,10 @@ mod tests {
             .map(|n| Arc::new(Upstream::new(UpstreamConfig::new(n, "http://127.0.0.1:1"))))
             .collect();
         for up in &ups {
-            relock(aggregator.upstreams.write()).insert(up.name().to_owned(), up.clone());
+            aggregator
+                .upstreams
+                .write()
+                .insert(up.name().to_owned(), up.clone());
         }
         (aggregator, ups)
     }
@@ -371,7 +373,9 @@ mod tests {
                 .filter(|(_, (n, _, _))| n == name)
                 .map(|(uid, _)| up.key(uid))
                 .collect();
-            let got: BTreeSet<String> = relock(aggregator.names.read())
+            let got: BTreeSet<String> = aggregator
+                .names
+                .read()
                 .get(&("ns".to_owned(), name.clone()))
                 .map(|keys| {
                     keys.iter()
@@ -416,7 +420,7 @@ mod tests {
             .map(|w| cost::held(&w.graph))
             .sum();
         assert_eq!(state.bytes, bytes);
-        let names_total: usize = relock(aggregator.names.read()).values().map(Vec::len).sum();
+        let names_total: usize = aggregator.names.read().values().map(Vec::len).sum();
         assert!(
             names_total <= aggregator.board.len(),
             "no key kept under an old name"
@@ -624,7 +628,7 @@ mod tests {
             by_name("name-999").unwrap().r#ref.clone().unwrap().uid,
             "u1"
         );
-        assert_eq!(relock(aggregator.names.read()).len(), 1);
+        assert_eq!(aggregator.names.read().len(), 1);
     }
 
     #[test]
@@ -670,7 +674,10 @@ mod tests {
             .map(|c| Arc::new(Upstream::new(c)))
             .collect();
         for up in &ups {
-            relock(aggregator.upstreams.write()).insert(up.name().to_owned(), up.clone());
+            aggregator
+                .upstreams
+                .write()
+                .insert(up.name().to_owned(), up.clone());
         }
         let (eu, shard, hub) = (&ups[0], &ups[1], &ups[2]);
         assert!(aggregator.may_speak_for(eu, "eu"));

@@ -13,8 +13,9 @@ use super::wire;
 use super::{Aggregator, Limits};
 use crate::proto::v1 as pb;
 use futures::FutureExt;
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -23,41 +24,6 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 const BATCH: usize = 512;
 /// Bytes of graphs a batch gathers at most (beyond its first event).
 const BATCH_BYTES: usize = 8 << 20;
-
-/// Reconnection delays: doubling from `initial` up to `max`, each shortened by up to 20 %
-/// at random so that many aggregators do not reconnect in step.
-#[derive(Debug, Clone, Copy)]
-pub struct Backoff {
-    /// First delay.
-    pub initial: Duration,
-    /// Longest delay.
-    pub max: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            initial: Duration::from_millis(250),
-            max: Duration::from_secs(10),
-        }
-    }
-}
-
-impl Backoff {
-    /// The delay after `attempt` consecutive failures (0-based).
-    pub fn delay(&self, attempt: u32) -> Duration {
-        use std::hash::{BuildHasher, Hasher};
-        let grown = self
-            .initial
-            .saturating_mul(1u32 << attempt.min(16))
-            .min(self.max);
-        let random = std::collections::hash_map::RandomState::new()
-            .build_hasher()
-            .finish();
-        let cut = (random % 200) as f64 / 1000.0;
-        grown.mul_f64(1.0 - cut)
-    }
-}
 
 /// What the aggregator knows of one upstream besides its workloads.
 #[derive(Debug, Default)]
@@ -120,8 +86,8 @@ impl Upstream {
         &self.config.name
     }
 
-    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        crate::index::relock(self.state.lock())
+    pub(super) fn state(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// The board key of its workload `uid`.
@@ -146,11 +112,11 @@ impl Upstream {
 
     /// The current connection, if it has one.
     pub(super) fn connection(&self) -> Option<(Channel, Option<MetadataValue<Ascii>>)> {
-        crate::index::relock(self.connection.lock()).clone()
+        self.connection.lock().clone()
     }
 
     fn set_connection(&self, connection: Option<(Channel, Option<MetadataValue<Ascii>>)>) {
-        *crate::index::relock(self.connection.lock()) = connection;
+        *self.connection.lock() = connection;
     }
 
     /// Connects (TLS and token as configured).
@@ -357,23 +323,5 @@ async fn follow(aggregator: &Arc<Aggregator>, upstream: &Arc<Upstream>, since: &
         if let Some(reason) = end {
             return lost(reason, session.synced);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_to_its_cap() {
-        let b = Backoff {
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(1),
-        };
-        let first = b.delay(0);
-        assert!(first <= Duration::from_millis(100) && first >= Duration::from_millis(80));
-        assert!(b.delay(3) >= Duration::from_millis(640));
-        assert!(b.delay(30) <= Duration::from_secs(1));
-        assert!(b.delay(u32::MAX) >= Duration::from_millis(800));
     }
 }

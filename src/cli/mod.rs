@@ -138,7 +138,7 @@ impl BudgetArgs {
     }
 }
 
-/// Parses a byte size: a number with an optional `Ki`, `Mi` or `Gi` suffix.
+/// Parses a byte size: a number with an optional binary suffix (`Ki`, `Mi`, `Gi`, … `Ei`).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let (n, unit) = s
         .find(|c: char| !c.is_ascii_digit())
@@ -146,12 +146,13 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let n: u64 = n
         .parse()
         .map_err(|_| format!("`{s}` is not a size like 65536, 512Ki, 64Mi or 1Gi"))?;
-    let scale: u64 = match unit {
-        "" => 1,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        _ => {
+    let scale: u64 = match crate::model::resources::BINARY_SUFFIXES
+        .iter()
+        .find(|(suffix, _)| *suffix == unit)
+    {
+        _ if unit.is_empty() => 1,
+        Some((_, shift)) => 1 << shift,
+        None => {
             return Err(format!(
                 "`{s}` is not a size like 65536, 512Ki, 64Mi or 1Gi"
             ));

@@ -28,13 +28,8 @@ pub fn phase_name(phase: i32) -> String {
 
 /// Formats a memory amount in binary units.
 pub fn memory(bytes: i64) -> String {
-    const UNITS: [(&str, i64); 4] = [
-        ("Ti", 1 << 40),
-        ("Gi", 1 << 30),
-        ("Mi", 1 << 20),
-        ("Ki", 1 << 10),
-    ];
-    for (suffix, size) in UNITS {
+    for (suffix, shift) in crate::model::resources::BINARY_SUFFIXES.iter().rev() {
+        let size = 1i64 << shift;
         if bytes >= size {
             let v = bytes as f64 / size as f64;
             return if (v - v.round()).abs() < 1e-9 {

@@ -10,8 +10,9 @@
 //! file or Karta object) starts with a fresh breaker.
 
 use crate::expr::Exceeded;
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Exhaustions within [`WINDOW`] that quarantine a definition.
@@ -57,8 +58,8 @@ impl Breaker {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// Records that an evaluation exceeded `what`; returns the quarantine when this one
@@ -130,7 +131,7 @@ fn totals() -> &'static Mutex<BTreeMap<(String, &'static str), u64>> {
 }
 
 fn count_exceeded(name: &str, what: Exceeded) {
-    let mut t = totals().lock().unwrap_or_else(|e| e.into_inner());
+    let mut t = totals().lock();
     *t.entry((name.to_owned(), what.as_str())).or_default() += 1;
 }
 
@@ -138,7 +139,6 @@ fn count_exceeded(name: &str, what: Exceeded) {
 pub fn exceeded_totals() -> Vec<(String, &'static str, u64)> {
     totals()
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .iter()
         .map(|((name, what), n)| (name.clone(), *what, *n))
         .collect()

@@ -70,40 +70,36 @@ impl std::error::Error for DefinitionError {}
 /// and the schema drift of the definitions in effect (`ListDefinitions` warnings, metrics).
 #[derive(Default)]
 pub struct LoadReport {
-    errors: std::sync::Mutex<Vec<DefinitionError>>,
-    drift: std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>>,
+    errors: parking_lot::Mutex<Vec<DefinitionError>>,
+    drift: parking_lot::Mutex<std::collections::BTreeMap<String, Vec<String>>>,
 }
 
 impl LoadReport {
     /// Replaces the reported errors.
     pub fn set(&self, errors: Vec<DefinitionError>) {
-        *self.errors.lock().unwrap_or_else(|e| e.into_inner()) = errors;
+        *self.errors.lock() = errors;
     }
 
     /// The reported errors.
     pub fn get(&self) -> Vec<DefinitionError> {
-        self.errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.errors.lock().clone()
     }
 
     /// Replaces the schema drift: per definition name checked against a schema, its
     /// findings (one line each; empty when it fits).
     pub fn set_drift(&self, drift: std::collections::BTreeMap<String, Vec<String>>) {
-        *self.drift.lock().unwrap_or_else(|e| e.into_inner()) = drift;
+        *self.drift.lock() = drift;
     }
 
     /// The schema drift of every definition checked against a schema.
     pub fn drift(&self) -> std::collections::BTreeMap<String, Vec<String>> {
-        self.drift.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.drift.lock().clone()
     }
 
     /// The drift findings of one definition (empty when none, or not checked).
     pub fn drift_of(&self, definition: &str) -> Vec<String> {
         self.drift
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .get(definition)
             .cloned()
             .unwrap_or_default()

@@ -2,8 +2,8 @@
 
 use crate::proto::v1 as pb;
 use crate::resolve::diagnostics::code;
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 
 /// The field of a root's status mappings: counted when no mapping matches (status
 /// `Undefined`), the sign of a renamed phase or condition type.
@@ -63,7 +63,7 @@ impl EmptyPaths {
             Some(b) if same_definition => empty_in(b),
             _ => BTreeSet::new(),
         };
-        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counts = self.counts.lock();
         for path in now.difference(&was) {
             let key = (definition.to_owned(), (*path).to_owned());
             if counts.len() >= MAX_SERIES && !counts.contains_key(&key) {
@@ -75,7 +75,7 @@ impl EmptyPaths {
 
     /// Every `((definition, path), count)`.
     pub fn snapshot(&self) -> Vec<((String, String), u64)> {
-        let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let counts = self.counts.lock();
         counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 }

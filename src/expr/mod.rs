@@ -118,8 +118,8 @@ fn prelude() -> &'static [Def<&'static str>] {
 type FilterCache =
     std::collections::HashMap<(String, Vec<String>), std::sync::Weak<OnceLock<Filter>>>;
 
-fn filter_cache() -> &'static std::sync::Mutex<FilterCache> {
-    static CACHE: OnceLock<std::sync::Mutex<FilterCache>> = OnceLock::new();
+fn filter_cache() -> &'static parking_lot::Mutex<FilterCache> {
+    static CACHE: OnceLock<parking_lot::Mutex<FilterCache>> = OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
 
@@ -131,14 +131,13 @@ fn shared_filter(source: &str, vars: &[&str]) -> Result<Arc<OnceLock<Filter>>, C
     );
     let cached = filter_cache()
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .get(&key)
         .and_then(std::sync::Weak::upgrade);
     if let Some(filter) = cached {
         return Ok(filter);
     }
     let filter = Arc::new(OnceLock::from(compile_filter(source, vars)?));
-    let mut cache = filter_cache().lock().unwrap_or_else(|e| e.into_inner());
+    let mut cache = filter_cache().lock();
     if cache.len() >= 1024 && cache.len().is_power_of_two() {
         cache.retain(|_, w| w.strong_count() > 0);
     }

@@ -2,12 +2,13 @@
 //! workloads are resolved and published once, when the batch ends.
 
 use super::objects::mark_affected;
-use super::{Index, Listing, Uid, Writer};
+use super::{Index, OpenList, Uid, Writer};
 use crate::definition::Catalog;
 use crate::model::{Cached, Pod};
 use foldhash::{HashSet, HashSetExt};
+use parking_lot::MutexGuard;
 use serde_json::Value as Json;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 
 /// Parts of a list (see [`Batch::stage`]) after which a root the list no longer touches is
 /// resolved before the index first syncs.
@@ -112,7 +113,7 @@ impl Batch<'_> {
     /// and its roots are resolved with this batch).
     pub fn begin_list(&mut self, source: &str) {
         let source = self.writer.source(source);
-        if let Some(old) = self.writer.listings.insert(source, Listing::default()) {
+        if let Some(old) = self.writer.listings.insert(source, OpenList::default()) {
             self.writer.dirty.extend(old.dirty);
         }
     }

@@ -7,12 +7,13 @@
 //! workloads by uid; an aggregator keys the graphs it relays by upstream and uid, so the
 //! same uid from two clusters stays two workloads.
 
+use super::Published;
 use super::placements::Placements;
 use super::query::{Filter, TotalsKey};
-use super::{Published, relock};
 use crate::proto::v1 as pb;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 
 /// A workload's key on the board (the index: the root's uid).
 pub type Key = Arc<str>;
@@ -101,11 +102,7 @@ pub struct Board {
 /// from another replica or an earlier run is (almost surely) outside this board's history
 /// and gets RESET instead of a wrong resume.
 fn revision_epoch() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    ((random % (1 << 20)) + 1) << 32
+    ((crate::random::next_u64() % (1 << 20)) + 1) << 32
 }
 
 /// The list order: (namespace, kind, name), ties broken by uid and then cluster so that the
@@ -188,11 +185,11 @@ impl Board {
     }
 
     pub(super) fn read(&self) -> RwLockReadGuard<'_, State> {
-        relock(self.state.read())
+        self.state.read()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, State> {
-        relock(self.state.write())
+        self.state.write()
     }
 
     /// Current revision.

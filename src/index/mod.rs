@@ -40,11 +40,12 @@ use crate::resolve::{self, Prepared};
 use arc_swap::ArcSwap;
 use names::Name;
 use objects::{Entry, Graph, Objects, mark_affected, unlink};
+use parking_lot::{Mutex, MutexGuard};
 use placements::Placements;
 use serde_json::Value as Json;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// How many changes the history keeps for `Watch` resume.
@@ -63,13 +64,13 @@ struct Writer {
     sources: Vec<Arc<str>>,
     version_counter: u64,
     /// Lists being received in parts, per source (see [`Batch::stage`]).
-    listings: HashMap<Arc<str>, Listing>,
+    listings: HashMap<Arc<str>, OpenList>,
 }
 
 /// A list received in parts: what it held so far, the roots its objects affect (resolved
 /// once, when it ends, or before: see [`Batch::stage`]) and the objects it skipped.
 #[derive(Default)]
-struct Listing {
+struct OpenList {
     seen: foldhash::HashSet<String>,
     dirty: BTreeSet<Uid>,
     skipped: Vec<String>,
@@ -167,7 +168,7 @@ enum Settled {
 /// history).
 pub struct Index {
     writer: Mutex<Writer>,
-    objects: std::sync::RwLock<Objects>,
+    objects: parking_lot::RwLock<Objects>,
     board: Board,
     catalog: ArcSwap<Catalog>,
     limits: Limits,
@@ -204,19 +205,13 @@ pub struct SourceProblem {
     pub message: String,
 }
 
-/// The value behind a lock, also when a panic poisoned it.
-pub(crate) fn relock<T>(r: std::sync::LockResult<T>) -> T {
-    // A panic while holding a lock would be a bug; the state stays usable.
-    r.unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Index {
     /// An empty index over `catalog`. `sources` names the sources whose first full sync must
     /// finish before the index reports itself synced.
     pub fn new(catalog: Catalog, sources: &[&str]) -> Index {
         Index {
             writer: Mutex::new(Writer::default()),
-            objects: std::sync::RwLock::new(Objects::default()),
+            objects: parking_lot::RwLock::new(Objects::default()),
             board: Board::new(DEFAULT_HISTORY),
             catalog: ArcSwap::from_pointee(catalog),
             limits: Limits::default(),
@@ -243,7 +238,7 @@ impl Index {
 
     /// Replaces the problems `source` reports.
     pub fn set_source_problems(&self, source: &str, problems: Vec<SourceProblem>) {
-        let mut all = relock(self.problems.lock());
+        let mut all = self.problems.lock();
         if problems.is_empty() {
             all.remove(source);
         } else {
@@ -254,7 +249,7 @@ impl Index {
     /// Every source (those the index was created with, and those that reported problems)
     /// with its reported problems, by source name.
     pub fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)> {
-        let problems = relock(self.problems.lock());
+        let problems = self.problems.lock();
         let mut out: std::collections::BTreeMap<String, Vec<SourceProblem>> = self
             .sources
             .iter()
@@ -332,15 +327,15 @@ impl Index {
     }
 
     fn write(&self) -> MutexGuard<'_, Writer> {
-        relock(self.writer.lock())
+        self.writer.lock()
     }
 
-    fn objects(&self) -> std::sync::RwLockReadGuard<'_, Objects> {
-        relock(self.objects.read())
+    fn objects(&self) -> parking_lot::RwLockReadGuard<'_, Objects> {
+        self.objects.read()
     }
 
-    fn objects_mut(&self) -> std::sync::RwLockWriteGuard<'_, Objects> {
-        relock(self.objects.write())
+    fn objects_mut(&self) -> parking_lot::RwLockWriteGuard<'_, Objects> {
+        self.objects.write()
     }
 
     /// The catalog in effect.
@@ -376,7 +371,7 @@ impl Index {
 
     /// Marks a source's first full sync done.
     pub fn mark_synced(&self, source: &str) {
-        let mut pending = relock(self.pending_sources.lock());
+        let mut pending = self.pending_sources.lock();
         pending.remove(source);
         if pending.is_empty() {
             self.synced.store(true, Ordering::Release);

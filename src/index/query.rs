@@ -129,10 +129,7 @@ impl Index {
 
     /// Sources whose first full sync has not finished yet, sorted.
     pub fn pending_sources(&self) -> Vec<String> {
-        let mut pending: Vec<String> = super::relock(self.pending_sources.lock())
-            .iter()
-            .cloned()
-            .collect();
+        let mut pending: Vec<String> = self.pending_sources.lock().iter().cloned().collect();
         pending.sort();
         pending
     }

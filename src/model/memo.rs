@@ -8,7 +8,7 @@
 //! and pods stay packed (see [`crate::expr::value::Packed`]) instead of being unpacked on every
 //! resolve.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 /// What a question about a pod answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,9 +51,9 @@ impl Clone for Memo {
 }
 
 impl Memo {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    fn state(&self) -> parking_lot::MutexGuard<'_, State> {
         // The state is a plain cache; a panic elsewhere cannot leave it inconsistent.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.lock()
     }
 
     /// The remembered answer to `question` for `owner`, with its evaluation error.

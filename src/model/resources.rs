@@ -4,8 +4,9 @@
 use crate::expr::value::Doc;
 use crate::proto::v1 as pb;
 use jaq_json::Val;
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 
 /// A resource name, shared between the many amounts that carry it.
 pub type Name = Arc<str>;
@@ -190,33 +191,44 @@ fn quantity_milli(text: &str) -> Option<f64> {
         .find(|(_, c)| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
         .map_or(s.len(), |(i, _)| i);
     let (number, suffix) = s.split_at(split);
-    let (mantissa, multiplier): (&str, f64) = match suffix {
-        "" => (number, 1.0),
-        "n" => (number, 1e-9),
-        "u" => (number, 1e-6),
-        "m" => (number, 1e-3),
-        "k" => (number, 1e3),
-        "M" => (number, 1e6),
-        "G" => (number, 1e9),
-        "T" => (number, 1e12),
-        "P" => (number, 1e15),
-        "E" => (number, 1e18),
-        "Ki" => (number, 1024.0),
-        "Mi" => (number, 1024f64.powi(2)),
-        "Gi" => (number, 1024f64.powi(3)),
-        "Ti" => (number, 1024f64.powi(4)),
-        "Pi" => (number, 1024f64.powi(5)),
-        "Ei" => (number, 1024f64.powi(6)),
-        exp if exp.starts_with(['e', 'E']) => {
-            let e: i32 = exp[1..].parse().ok()?;
-            (number, 10f64.powi(e))
-        }
-        _ => return None,
+    let multiplier = if let Some((_, power)) = DECIMAL_SUFFIXES.iter().find(|(x, _)| *x == suffix) {
+        10f64.powi(*power)
+    } else if let Some((_, shift)) = BINARY_SUFFIXES.iter().find(|(x, _)| *x == suffix) {
+        2f64.powi(*shift as i32)
+    } else if let Some(exp) = suffix.strip_prefix(['e', 'E']) {
+        10f64.powi(exp.parse().ok()?)
+    } else {
+        return None;
     };
-    let value: f64 = mantissa.parse().ok()?;
+    let value: f64 = number.parse().ok()?;
     let milli = (value * multiplier * 1000.0).ceil();
     (!milli.is_nan()).then_some(milli)
 }
+
+/// The binary suffixes of Kubernetes quantities and the power of two each stands for (the one
+/// table: parsing, rendering quantities and sizes, the CLI's byte sizes).
+pub const BINARY_SUFFIXES: [(&str, u32); 6] = [
+    ("Ki", 10),
+    ("Mi", 20),
+    ("Gi", 30),
+    ("Ti", 40),
+    ("Pi", 50),
+    ("Ei", 60),
+];
+
+/// The decimal suffixes of Kubernetes quantities and the power of ten each stands for.
+pub const DECIMAL_SUFFIXES: [(&str, i32); 10] = [
+    ("", 0),
+    ("n", -9),
+    ("u", -6),
+    ("m", -3),
+    ("k", 3),
+    ("M", 6),
+    ("G", 9),
+    ("T", 12),
+    ("P", 15),
+    ("E", 18),
+];
 
 /// Renders milli-units as a quantity: binary suffixes for memory-like names when exact,
 /// plain integers when whole, `m` otherwise.
@@ -228,14 +240,8 @@ pub fn format_quantity(name: &str, milli: i128) -> String {
     let memory_like =
         name == "memory" || name.contains("storage") || name.starts_with("hugepages-");
     if memory_like && units != 0 {
-        for (suffix, size) in [
-            ("Ei", 1i128 << 60),
-            ("Pi", 1 << 50),
-            ("Ti", 1 << 40),
-            ("Gi", 1 << 30),
-            ("Mi", 1 << 20),
-            ("Ki", 1 << 10),
-        ] {
+        for (suffix, shift) in BINARY_SUFFIXES.iter().rev() {
+            let size = 1i128 << shift;
             if units % size == 0 {
                 return format!("{}{suffix}", units / size);
             }
@@ -420,7 +426,7 @@ pub fn shared(amounts: Amounts) -> Arc<Request> {
         amounts.gpu_fraction.to_bits(),
     );
     // The table holds no invariant a panic could break.
-    let mut table = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut table = SHARED.lock();
     if let Some(a) = table.get(&key) {
         return a.clone();
     }

@@ -110,7 +110,7 @@ impl Resolver<'_> {
             }),
         );
         let remembered = self.prepared.and_then(|p| {
-            let table = p.min_members.lock().unwrap_or_else(|e| e.into_inner());
+            let table = p.min_members.lock();
             table.get(&key).cloned()
         });
         if let Some((result, diags)) = remembered {
@@ -137,7 +137,7 @@ impl Resolver<'_> {
         if let Some(p) = self.prepared
             && !self.expired
         {
-            let mut table = p.min_members.lock().unwrap_or_else(|e| e.into_inner());
+            let mut table = p.min_members.lock();
             if table.len() >= super::MAX_MIN_MEMBERS {
                 table.clear();
             }

@@ -22,8 +22,9 @@ use crate::model::{Object, Pod};
 use crate::proto::v1 as pb;
 use diagnostics::{Diagnostics, ERROR, INFO, WARNING, code};
 use jaq_json::Val;
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::model::memo::Answer;

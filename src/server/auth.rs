@@ -96,9 +96,9 @@ struct TokenSet {
 pub struct Tokens {
     path: PathBuf,
     set: ArcSwap<TokenSet>,
-    content: std::sync::Mutex<Vec<u8>>,
+    content: parking_lot::Mutex<Vec<u8>>,
     /// Why the current content is not in effect.
-    rejected: std::sync::Mutex<Option<String>>,
+    rejected: parking_lot::Mutex<Option<String>>,
 }
 
 /// The token file's text: a regular file of at most [`MAX_TOKEN_FILE_BYTES`], read whole
@@ -188,7 +188,7 @@ impl Tokens {
         Ok(Tokens {
             path: path.to_path_buf(),
             set: ArcSwap::from_pointee(set),
-            content: std::sync::Mutex::new(content.into_bytes()),
+            content: parking_lot::Mutex::new(content.into_bytes()),
             rejected: Default::default(),
         })
     }
@@ -214,7 +214,7 @@ impl Tokens {
                 return false;
             }
         };
-        let mut last = self.content.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.content.lock();
         if *last == content.as_bytes() {
             return false;
         }
@@ -231,7 +231,7 @@ impl Tokens {
             Ok(set) => {
                 tracing::info!(file = %self.path.display(), tokens = set.by_digest.len(), "token file reloaded");
                 self.set.store(Arc::new(set));
-                *self.rejected.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                *self.rejected.lock() = None;
                 true
             }
             Err(e) => {
@@ -243,16 +243,13 @@ impl Tokens {
     }
 
     fn reject(&self, why: String) {
-        *self.rejected.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        *self.rejected.lock() = Some(why);
     }
 
     /// Why the file's current content was rejected (the last good set is in effect), if it
     /// was.
     pub fn rejected(&self) -> Option<String> {
-        self.rejected
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.rejected.lock().clone()
     }
 
     /// Re-reads the file every `every` (content-compared, so ConfigMap/Secret symlink swaps

@@ -14,11 +14,12 @@
 //! - Admin port: closed when no byte moved either way for the idle timeout (the request
 //!   header read timeout is hyper's).
 
+use parking_lot::Mutex;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -119,7 +120,7 @@ impl Conn {
     /// A Watch stream's stall clock, watched by this connection.
     pub fn watch(&self) -> Arc<Stall> {
         let stall = Arc::new(Stall::default());
-        let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        let mut watches = self.watches.lock();
         if watches.len() == watches.capacity() {
             watches.retain(|w| w.strong_count() > 0);
         }
@@ -135,7 +136,7 @@ impl Conn {
     /// True when a Watch stream on it left its frames untaken for twice the stall limit.
     fn stalled(&self, now: u64) -> bool {
         let cut = ms(self.limits.watch_stall).saturating_mul(2);
-        let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        let mut watches = self.watches.lock();
         watches.retain(|w| w.strong_count() > 0);
         watches.iter().any(|w| {
             w.upgrade()

@@ -5,8 +5,9 @@
 //! is shed with RESOURCE_EXHAUSTED at once. A request waiting for its evaluation holds its
 //! admission permit, so in-flight evaluations count against `--concurrency-limit`.
 
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex};
 use tonic::Status;
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -81,7 +82,7 @@ impl Evaluations {
 fn work(jobs: &Mutex<Receiver<Job>>) {
     loop {
         let job = {
-            let jobs = jobs.lock().unwrap_or_else(|e| e.into_inner());
+            let jobs = jobs.lock();
             jobs.recv()
         };
         match job {
@@ -115,7 +116,7 @@ mod tests {
             let pool = pool.clone();
             tokio::spawn(async move {
                 pool.run(move || {
-                    let _ = gate.lock().unwrap().recv_timeout(Duration::from_secs(10));
+                    let _ = gate.lock().recv_timeout(Duration::from_secs(10));
                 })
                 .await
             })

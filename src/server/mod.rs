@@ -186,11 +186,7 @@ impl TlsFiles {
 /// `age` spread by ±`jitter` (one draw per server), so replicas started together do not
 /// close their connections in step.
 fn jittered(age: Duration, jitter: f64) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    let unit = (random >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
+    let unit = crate::random::fraction();
     let factor = 1.0 + jitter.clamp(0.0, 1.0) * (2.0 * unit - 1.0);
     age.mul_f64(factor.max(0.0))
 }

@@ -8,9 +8,10 @@ use super::watch::FrameStream;
 use super::watch_body::WatchBody;
 use super::wire::{FrameCodec, ResolveFrame, WatchFrame};
 use crate::proto::v1 as pb;
+use parking_lot::Mutex;
 use pb::workload_resolver_server::{SERVICE_NAME, WorkloadResolverServer};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tonic::codegen::{Body, BoxFuture, StdError, http};
 use tonic::server::{Grpc, NamedService};
@@ -85,7 +86,7 @@ where
                     let slot = slot.clone();
                     async move {
                         let frames = service.watch_frames(r.into_inner())?;
-                        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(frames);
+                        *slot.lock() = Some(frames);
                         Ok(Response::new(futures::stream::empty::<
                             Result<WatchFrame, Status>,
                         >()))
@@ -94,7 +95,7 @@ where
                 let mut grpc = Grpc::new(FrameCodec::<WatchFrame, pb::WatchRequest>::default())
                     .apply_max_message_size_config(limit, None);
                 let response = grpc.server_streaming(method, req).await;
-                let frames = started.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let frames = started.lock().take();
                 Ok(match frames {
                     Some(frames) => {
                         response.map(|_| tonic::body::Body::new(WatchBody::new(frames, stall)))

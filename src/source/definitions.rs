@@ -15,9 +15,10 @@ use crate::definition::catalog;
 pub use crate::definition::layers::Layers;
 use crate::definition::{Definition, DefinitionError, LoadReport, load};
 use crate::index::Index;
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The single owner of [`Layers`] at run time: applies an update, rebuilds and publishes
 /// the catalog to the index and the errors to the report, and tells watchers of
@@ -46,7 +47,7 @@ impl Publisher {
     /// A `change` returning `false` means nothing changed: no new catalog is published
     /// (every other return type always publishes).
     pub fn update<R: Changed>(&self, change: impl FnOnce(&mut Layers) -> R) {
-        let mut layers = self.layers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut layers = self.layers.lock();
         if !change(&mut layers).changed() {
             return;
         }

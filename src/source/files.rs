@@ -9,6 +9,7 @@
 //! watched again at once.
 
 use super::read;
+use crate::parallel;
 use notify::event::{AccessKind, AccessMode, EventKind};
 use notify::{RecursiveMode, Watcher};
 use std::collections::{HashMap, HashSet};
@@ -170,36 +171,11 @@ pub fn read_text(path: &Path) -> Result<String, String> {
     read::text_file(path, max_file_bytes())
 }
 
-/// Maps `f` over `items` on every core (in order of the input): parsing and converting many
-/// files is the bulk of a cold start.
-pub fn parallel_map<T: Send, U: Send>(items: Vec<T>, f: impl Fn(T) -> U + Sync) -> Vec<U> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(items.len());
-    if threads <= 1 {
-        return items.into_iter().map(f).collect();
-    }
-    let per = items.len().div_ceil(threads);
-    let mut chunks: Vec<Vec<T>> = Vec::new();
-    let mut items = items.into_iter();
-    loop {
-        let chunk: Vec<T> = items.by_ref().take(per).collect();
-        if chunk.is_empty() {
-            break;
-        }
-        chunks.push(chunk);
-    }
-    let f = &f;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = chunks
-            .into_iter()
-            .map(|chunk| s.spawn(move || chunk.into_iter().map(f).collect::<Vec<U>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
+/// Maps `f` over `items` on every core, results in the items' order ([`parallel`]'s work
+/// sharing): reading, parsing and converting many files is the bulk of a cold start.
+pub fn read_in_parallel<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync) -> Vec<U> {
+    // Parsing recurses per nesting level (bounded by the parsers' depth limits).
+    parallel::map_in_order(items, parallel::cores(), "read-files", 8 << 20, f)
 }
 
 /// `*.yaml`, `*.yml` and `*.json`.

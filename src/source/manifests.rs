@@ -161,31 +161,28 @@ impl ManifestSet {
         let limits = self.limits;
         for batch in scan.candidates.chunks(BATCH_FILES) {
             let tracker = &self.tracker;
-            let read = files::parallel_map(batch.to_vec(), |c| {
-                let outcome = match tracker.read(&c) {
-                    files::Read::Unchanged => Outcome::Unchanged,
-                    files::Read::Unreadable(why) => Outcome::Unreadable(why),
-                    files::Read::Changed(text, hash) => match convert(&text, limits) {
-                        Ok(docs) => Outcome::Parsed(hash, docs),
-                        Err(e) => Outcome::Failed(hash, e),
-                    },
-                };
-                (c, outcome)
+            let read = files::read_in_parallel(batch, |c| match tracker.read(c) {
+                files::Read::Unchanged => Outcome::Unchanged,
+                files::Read::Unreadable(why) => Outcome::Unreadable(why),
+                files::Read::Changed(text, hash) => match convert(&text, limits) {
+                    Ok(docs) => Outcome::Parsed(hash, docs),
+                    Err(e) => Outcome::Failed(hash, e),
+                },
             });
-            for (c, outcome) in read {
+            for (c, outcome) in batch.iter().zip(read) {
                 match outcome {
-                    Outcome::Unchanged => self.tracker.unchanged(&c),
+                    Outcome::Unchanged => self.tracker.unchanged(c),
                     Outcome::Unreadable(why) => {
                         tracing::warn!(file = %c.path.display(), "cannot read a manifest file (its last good objects stay): {why}");
                         self.problems.insert(c.path.clone(), why);
-                        self.tracker.unreadable(&c);
+                        self.tracker.unreadable(c);
                     }
                     Outcome::Failed(hash, e) => {
                         tracing::warn!(file = %c.path.display(), "a manifest file does not parse; its last good objects stay: {e}");
                         self.problems.insert(c.path.clone(), e);
-                        self.tracker.failed(&c, hash);
+                        self.tracker.failed(c, hash);
                     }
-                    Outcome::Parsed(hash, docs) => self.take(&c, hash, docs, &mut touched),
+                    Outcome::Parsed(hash, docs) => self.take(c, hash, docs, &mut touched),
                 }
             }
             if let Some(emit) = emit.as_mut() {

@@ -9,10 +9,11 @@ use crate::index::{Index, OnDemand};
 use crate::model::{Cached, ObjectMeta, Pod};
 use crate::resolve::Resolution;
 use crate::source::{files, manifests};
+use parking_lot::Mutex;
 use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Warnings kept by a snapshot; beyond these only their number is (see
@@ -71,9 +72,9 @@ impl Snapshot {
                 return Err(format!("{}: no .yaml, .yml or .json files", path.display()));
             }
             // Read, parse and convert on every core; add in file order.
-            let read = files::parallel_map(walk.files, |(file, _)| {
+            let read = files::read_in_parallel(&walk.files, |(file, _)| {
                 let source = file.display().to_string();
-                let converted = files::read_text(&file)
+                let converted = files::read_text(file)
                     .map_err(|e| format!("{source}: {e}"))
                     .and_then(|text| {
                         manifests::convert(&text, limits).map_err(|e| format!("{source}: {e}"))
@@ -137,7 +138,7 @@ impl Snapshot {
                 }
                 self.seen.insert(identity, file);
                 self.objects.push(cached);
-                *self.index.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                *self.index.lock() = None;
             }
             Err(e) => self.warn(format!("{source}: skipped a document: {e}")),
         }
@@ -146,7 +147,7 @@ impl Snapshot {
     /// The index over the snapshot for `catalog` (built on first use per catalog; objects
     /// are stored, nothing is resolved until asked).
     pub fn index(&self, catalog: &Catalog) -> Arc<Index> {
-        let mut slot = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.index.lock();
         if let Some((seen, index)) = slot.as_ref()
             && seen.same_definitions(catalog)
         {

@@ -173,7 +173,9 @@ fn fast(grace: Duration) -> aggregate::Settings {
         grace,
         backoff: Backoff {
             initial: Duration::from_millis(50),
+            factor: 2.0,
             max: Duration::from_millis(200),
+            jitter: 0.2,
         },
         connect_timeout: Duration::from_secs(1),
         ..aggregate::Settings::default()

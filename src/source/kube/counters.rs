@@ -2,8 +2,8 @@
 //! errors. Kept here, in the source, and read by the metrics at scrape time, so the source
 //! needs nothing of the metrics layer.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 
 /// Counters of one Kubernetes source. Share it as `Arc<Counters>`.
 #[derive(Debug, Default)]
@@ -25,7 +25,7 @@ pub struct Kind {
 impl Counters {
     fn with(&self, kind: &str, f: impl FnOnce(&mut Kind)) {
         // The map holds counts only: a panic elsewhere cannot leave it inconsistent.
-        let mut map = self.by_kind.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.by_kind.lock();
         match map.get_mut(kind) {
             Some(k) => f(k),
             None => f(map.entry(kind.to_owned()).or_default()),
@@ -54,10 +54,7 @@ impl Counters {
 
     /// Every kind's counts now, by kind.
     pub fn snapshot(&self) -> BTreeMap<String, Kind> {
-        self.by_kind
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.by_kind.lock().clone()
     }
 }
 

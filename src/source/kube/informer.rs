@@ -12,10 +12,11 @@ use ::kube::api::{Api, ApiResource, DynamicObject};
 use ::kube::core::{PartialObjectMeta, Status};
 use ::kube::runtime::watcher::{self, Event};
 use futures::{Stream, StreamExt};
+use parking_lot::Mutex;
 use serde_json::Value as Json;
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::{JoinError, JoinHandle};
 
@@ -130,8 +131,8 @@ pub(super) struct Kartas {
 }
 
 impl Kartas {
-    fn listed(&self) -> std::sync::MutexGuard<'_, Vec<(String, String, Json)>> {
-        self.listed.lock().unwrap_or_else(|e| e.into_inner())
+    fn listed(&self) -> parking_lot::MutexGuard<'_, Vec<(String, String, Json)>> {
+        self.listed.lock()
     }
 }
 
@@ -189,7 +190,7 @@ async fn drive<K: IntoBody, S: Sink>(
 ) {
     let source = source_name(ar);
     let mut stream = std::pin::pin!(stream);
-    let mut listing: Listing<S::Item> = Listing::default();
+    let mut listing: Download<S::Item> = Download::default();
     let mut listed = false;
     let mut inits = 0u32;
     let mut errors = 0u32;
@@ -274,21 +275,21 @@ static CONVERTING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CO
 /// A (re)list being received: objects are converted in chunks on blocking threads while the
 /// next pages download (at most [`IN_FLIGHT`] chunks at once, so a list is never held as
 /// JSON), and come out in list order.
-struct Listing<T> {
+struct Download<T> {
     chunk: Vec<Body>,
     converting: VecDeque<JoinHandle<Result<Vec<T>, JoinError>>>,
 }
 
-impl<T> Default for Listing<T> {
+impl<T> Default for Download<T> {
     fn default() -> Self {
-        Listing {
+        Download {
             chunk: Vec::new(),
             converting: VecDeque::new(),
         }
     }
 }
 
-impl<T: Send + 'static> Listing<T> {
+impl<T: Send + 'static> Download<T> {
     /// Adds one listed object; returns the objects converted meanwhile (in list order).
     async fn push(&mut self, body: Body, convert: fn(Body) -> T) -> Vec<T> {
         self.chunk.push(body);

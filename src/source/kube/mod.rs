@@ -29,14 +29,13 @@
 //! readiness false, except when it is forbidden (403): after `startup_attempts` forbidden
 //! attempts readiness stops waiting for it, and it keeps retrying with backoff.
 
-mod backoff;
 mod convert;
 pub mod counters;
 pub mod crds;
 mod document;
 mod informer;
 
-pub use backoff::Backoff;
+pub use crate::backoff::Backoff;
 pub use counters::Counters;
 
 pub use informer::forbidden_message;
@@ -48,8 +47,9 @@ use crate::index::{Feed, Index};
 use crate::source::definitions::Publisher;
 use ::kube::api::ApiResource;
 use ::kube::runtime::watcher;
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::{AbortHandle, JoinSet};
 
@@ -163,8 +163,8 @@ struct GateState {
 }
 
 impl Gate {
-    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, GateState> {
+        self.state.lock()
     }
 
     /// Sets the kinds readiness waits for (once, after the startup discovery).

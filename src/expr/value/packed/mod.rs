@@ -23,10 +23,11 @@ pub use stream::{PackSeed, Parsed};
 use super::{ConvertError, Doc, Limits, float, spend};
 use bytes::Bytes;
 use jaq_json::{Map, Num, Rc, Val};
+use parking_lot::RwLock;
 use serde_json::Value as Json;
 use std::cmp::Ordering;
 use std::collections::HashMap;
-use std::sync::{LazyLock, RwLock};
+use std::sync::LazyLock;
 
 /// Which parts of a document to keep.
 #[derive(Debug)]
@@ -133,7 +134,7 @@ impl Packed {
             missing: Vec::new(),
         };
         {
-            let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+            let keys = KEYS.read();
             packer.value(json, keep, 0, &keys)?;
         }
         learn(packer.missing);
@@ -168,7 +169,7 @@ impl Packed {
 
     /// Runs `f` on a reader at the start of the buffer, under the key table's read lock.
     fn read<T>(&self, f: impl FnOnce(&mut Reader<'_>) -> Option<T>) -> Option<T> {
-        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+        let keys = KEYS.read();
         f(&mut Reader {
             buf: &self.0,
             at: 0,
@@ -235,7 +236,7 @@ impl Packed {
         let Some(entries) = entries else {
             return self.clone();
         };
-        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+        let keys = KEYS.read();
         let mut out = Vec::with_capacity(self.0.len() + 64);
         let mut missing = Vec::new();
         let mut new = fields.iter().peekable();
@@ -287,7 +288,7 @@ impl Packed {
     /// Runs `f` on the root value read in place (nothing unpacked but what `f` asks for).
     /// `f` runs under the key table's read lock: it must not call other `Packed` methods.
     pub fn with_node<T>(&self, f: impl FnOnce(Node<'_>) -> T) -> T {
-        let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+        let keys = KEYS.read();
         f(Node {
             buf: &self.0,
             at: 0,
@@ -613,7 +614,7 @@ fn learn(missing: Vec<String>) {
     if missing.is_empty() {
         return;
     }
-    let mut keys = KEYS.write().unwrap_or_else(|e| e.into_inner());
+    let mut keys = KEYS.write();
     for key in missing {
         if keys.bytes.len() >= MAX_KEYS {
             break;

@@ -50,7 +50,7 @@ impl<'de> DeserializeSeed<'de> for PackSeed<'_> {
         let capture = &self.capture[..self.capture.len().min(32)];
         let mut missing = Vec::new();
         let (out, spent, deepest, captured) = {
-            let keys = KEYS.read().unwrap_or_else(|e| e.into_inner());
+            let keys = KEYS.read();
             let mut state = State {
                 out: Vec::with_capacity(1024),
                 keytext: String::new(),

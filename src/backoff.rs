@@ -1,10 +1,10 @@
-//! Retry delays after list and watch errors, shared by every cluster watch (and the CRD
-//! watch of live drift).
+//! Retry delays: every cluster watch (and the CRD watch of live drift) after list and watch
+//! errors, and the aggregator's reconnections to its upstreams.
 
 use std::time::Duration;
 
-/// Retry delays after watch/list errors: `initial × factor^n`, capped at `max`, each shortened
-/// by up to `jitter` (a fraction) at random.
+/// Retry delays: `initial × factor^n`, capped at `max`, each shortened by up to `jitter` (a
+/// fraction) at random, so that many clients do not retry in step.
 #[derive(Debug, Clone, Copy)]
 pub struct Backoff {
     /// First delay.
@@ -35,21 +35,9 @@ impl Backoff {
         let exp = i32::try_from(attempt).unwrap_or(i32::MAX);
         let secs = self.initial.as_secs_f64() * self.factor.max(1.0).powi(exp);
         let capped = secs.min(self.max.as_secs_f64()).max(0.0);
-        let jitter = self.jitter.clamp(0.0, 1.0) * random_fraction();
+        let jitter = self.jitter.clamp(0.0, 1.0) * crate::random::fraction();
         Duration::from_secs_f64(capped * (1.0 - jitter))
     }
-}
-
-/// A random number in [0, 1) (std's randomly keyed hasher; no RNG dependency needed).
-fn random_fraction() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::UNIX_EPOCH
-            .elapsed()
-            .map_or(0, |d| d.as_nanos()),
-    );
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]
