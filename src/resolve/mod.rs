@@ -69,7 +69,44 @@ type MinMember = (Option<u32>, Vec<pb::Diagnostic>);
 /// Remembered `minMemberPath` results per root version at most (then forgotten at once).
 const MAX_MIN_MEMBERS: usize = 64;
 
+/// What the root object says about one instance of a component (see [`Prepared::instances`]).
+#[derive(Debug, Clone, Copy)]
+pub struct InstanceView<'a> {
+    /// The instance id (empty for a component without `instanceIdPath`).
+    pub id: &'a str,
+    /// Its scale, as the definition's scale paths read it.
+    pub scale: &'a pb::Scale,
+    /// What one of its pods requests.
+    pub per_pod: &'a Amounts,
+    /// Its desired pods across the whole workload.
+    pub desired: u32,
+}
+
 impl Prepared {
+    /// The normalized status of the root.
+    pub fn status(&self) -> &pb::Status {
+        &self.status
+    }
+
+    /// The diagnostics of the evaluation.
+    pub fn diagnostics(&self) -> &[pb::Diagnostic] {
+        &self.diagnostics
+    }
+
+    /// The instances of component `c` (definition order), as the root object alone says.
+    pub fn instances(&self, c: usize) -> impl Iterator<Item = InstanceView<'_>> {
+        self.specs
+            .get(c)
+            .into_iter()
+            .flatten()
+            .map(|s| InstanceView {
+                id: &s.id,
+                scale: &s.scale,
+                per_pod: &s.per_pod,
+                desired: s.desired,
+            })
+    }
+
     /// Whether an evaluation was cut short (deadline, budget, quarantine): such answers
     /// are not to be remembered, since the next try may complete.
     pub fn is_partial(&self) -> bool {
