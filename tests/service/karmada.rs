@@ -20,10 +20,21 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 pub async fn serve_webhook(
     settings: webhook::Settings,
 ) -> (SocketAddr, Shared, tokio::sync::watch::Sender<bool>) {
+    serve_webhook_on(settings, None).await
+}
+
+/// [`serve_webhook`] with an evaluation pool of its own.
+pub async fn serve_webhook_on(
+    settings: webhook::Settings,
+    pool: Option<Arc<kartograf::server::evaluations::Evaluations>>,
+) -> (SocketAddr, Shared, tokio::sync::watch::Sender<bool>) {
     let catalog = Catalog::embedded().expect("embedded catalog");
     let index: Arc<Index> = Arc::new(Index::new(catalog, &[]));
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let shared = Shared::new(index, Arc::new(LoadReport::default()), rx);
+    let mut shared = Shared::new(index, Arc::new(LoadReport::default()), rx);
+    if let Some(pool) = pool {
+        shared = shared.with_evaluations(pool);
+    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(webhook::serve(listener, shared.clone(), settings));
@@ -581,4 +592,181 @@ fn karmada_deploy_configuration_is_what_the_catalog_generates() {
         let built_in = karmada::config::BUILT_IN_GROUPS.contains(&k.group.as_str());
         assert_eq!(ops, if built_in { 2 } else { 9 }, "{k}");
     }
+}
+
+/// A CA and a `localhost` serving certificate signed by it: (CA DER, cert PEM, key PEM).
+fn pki() -> (Vec<u8>, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    (ca.der().to_vec(), cert.pem(), key.serialize_pem())
+}
+
+/// POSTs `body` over TLS, trusting only `ca`; `None` when the handshake fails.
+async fn post_tls(addr: SocketAddr, ca: &[u8], body: &[u8]) -> Option<(u16, Vec<u8>)> {
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(ca.to_vec()))
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector.connect(name, tcp).await.ok()?;
+    Some(exchange(tls, "POST", karmada::PATH, body).await)
+}
+
+fn write_pair(dir: &std::path::Path, cert: &str, key: &str) {
+    // As a Secret volume swaps files: written aside, then renamed over.
+    for (name, text) in [("tls.crt", cert), ("tls.key", key)] {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, dir.join(name)).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn karmada_the_process_serves_https_from_an_empty_directory_and_follows_a_new_certificate() {
+    let empty = crate::hostile::scratch("karmada-empty");
+    let tls = crate::hostile::scratch("karmada-tls");
+    let (ca_a, cert_a, key_a) = pki();
+    write_pair(&tls, &cert_a, &key_a);
+    let port = crate::hostile::free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let (cert, key) = (tls.join("tls.crt"), tls.join("tls.key"));
+    let served = crate::hostile::Served::start(&[
+        "--manifests",
+        empty.to_str().unwrap(),
+        "--webhook-listen",
+        &addr.to_string(),
+        "--webhook-tls-cert",
+        cert.to_str().unwrap(),
+        "--webhook-tls-key",
+        key.to_str().unwrap(),
+    ]);
+    let body = context("p1", "InterpretReplica", &raycluster(), 0, json!({}));
+    let (status, answer) = post_tls(addr, &ca_a, &body)
+        .await
+        .expect("TLS with the first CA");
+    assert_eq!(status, 200, "{}", served.log());
+    assert_eq!(verify("p1", "InterpretReplica", &answer)["replicas"], 6);
+    // Plain HTTP on the TLS port gets no answer.
+    let (status, _) = post(addr, &body).await;
+    assert_ne!(status, 200);
+
+    // A renewed certificate from another CA: new connections use it within about a second.
+    let (ca_b, cert_b, key_b) = pki();
+    write_pair(&tls, &cert_b, &key_b);
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some((200, answer)) = post_tls(addr, &ca_b, &body).await {
+            assert_eq!(verify("p1", "InterpretReplica", &answer)["replicas"], 6);
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the new certificate was not served:\n{}",
+            served.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        post_tls(addr, &ca_a, &body).await.is_none(),
+        "the old certificate is gone"
+    );
+    // A broken pair keeps the last good one.
+    write_pair(&tls, "not a certificate", "not a key");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(post_tls(addr, &ca_b, &body).await.map(|r| r.0), Some(200));
+
+    let (_, metrics) = served.get("/metrics");
+    assert!(
+        metrics.contains(r#"kartograf_karmada_requests_total{operation="InterpretReplica",kind="RayCluster",result="successful"}"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains("kartograf_karmada_duration_seconds_bucket"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn karmada_stalled_clients_and_busy_evaluations_do_not_stall_other_requests() {
+    let (addr, _shared, _stop) = serve_webhook(webhook::Settings::default()).await;
+    // Fifty clients that never finish their headers or their body.
+    let mut idle = Vec::new();
+    for i in 0..50 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let partial = if i % 2 == 0 {
+            "POST /karmada/interpret HTTP/1.1\r\nHost: x\r\n".to_owned()
+        } else {
+            format!(
+                "POST {} HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{{",
+                karmada::PATH
+            )
+        };
+        s.write_all(partial.as_bytes()).await.unwrap();
+        idle.push(s);
+    }
+    // With them all open, a request is answered at once.
+    let started = Instant::now();
+    let r = ask(addr, "InterpretComponent", &raycluster(), 0, json!({})).await;
+    assert_eq!(r["components"].as_array().unwrap().len(), 3);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // The evaluation thread busy and its one queue slot taken: a request is answered 429
+    // at once, not queued behind them; once they finish it is answered again.
+    let (busy_addr, busy_shared, _busy_stop) = serve_webhook_on(
+        webhook::Settings::default(),
+        Some(kartograf::server::evaluations::Evaluations::new(1, 1)),
+    )
+    .await;
+    let mut releases = Vec::new();
+    let mut blockers = Vec::new();
+    for _ in 0..2 {
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        releases.push(release);
+        let pool = busy_shared.evaluations.clone();
+        blockers.push(tokio::spawn(async move {
+            pool.run(move || {
+                let _ = gate.recv_timeout(Duration::from_secs(20));
+            })
+            .await
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = Instant::now();
+    let r = ask(busy_addr, "InterpretReplica", &raycluster(), 0, json!({})).await;
+    assert_eq!(
+        (r["successful"].clone(), r["status"]["code"].clone()),
+        (json!(false), json!(429))
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // The other listener, with its own threads, answers meanwhile.
+    let r = ask(addr, "InterpretReplica", &raycluster(), 0, json!({})).await;
+    assert_eq!(r["replicas"], 6);
+    for release in releases {
+        let _ = release.send(());
+    }
+    for b in blockers {
+        assert!(b.await.unwrap().is_ok());
+    }
+    let r = ask(busy_addr, "InterpretReplica", &raycluster(), 0, json!({})).await;
+    assert_eq!(r["replicas"], 6);
+    drop(idle);
 }
