@@ -770,3 +770,37 @@ async fn karmada_stalled_clients_and_busy_evaluations_do_not_stall_other_request
     assert_eq!(r["replicas"], 6);
     drop(idle);
 }
+
+#[test]
+fn karmada_extension_errors_are_definition_errors() {
+    let text = std::fs::read_to_string(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("catalog/apps-deployment-v1.yaml"),
+    )
+    .unwrap();
+    let compile = |text: &str| {
+        let (parsed, errors) = kartograf::definition::load::parse_text(text, "test");
+        assert!(errors.is_empty(), "{errors:?}");
+        let p = parsed.into_iter().next().unwrap();
+        kartograf::definition::Definition::compile(p.karta, "test", "test")
+    };
+    assert!(compile(&text).is_ok());
+    let bad = text.replace(
+        "replicasAssignPath: .spec.replicas",
+        "replicasAssignPath: '.spec.replicas // 1'\n        componentNamePath: '.['",
+    );
+    let errors = compile(&bad).unwrap_err();
+    let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    assert!(
+        paths
+            .iter()
+            .any(|p| p.ends_with("interpreterDefinition.replicasAssignPath")),
+        "{errors:?}"
+    );
+    assert!(
+        paths
+            .iter()
+            .any(|p| p.ends_with("interpreterDefinition.componentNamePath")),
+        "{errors:?}"
+    );
+}

@@ -1,8 +1,8 @@
 //! The `interpreterDefinition` extension of each component, compiled once per definition
 //! version (definitions are immutable; a reload makes new ones with new ids).
 
-use super::assign::AssignPath;
 use crate::definition::Definition;
+use crate::definition::assign::AssignPath;
 use crate::definition::model::ComponentDefinition;
 use crate::expr::Expr;
 use std::collections::HashMap;

@@ -18,7 +18,7 @@ use crate::expr::{EvalError, Expr};
 use crate::model::Object;
 use crate::model::resources::{Amounts, format_quantity};
 use crate::proto::v1 as pb;
-use crate::resolve::{self, Prepared, diagnostics::code};
+use crate::resolve::{self, Prepared, Want, diagnostics::code};
 use jaq_json::Val;
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -142,7 +142,7 @@ fn run(
             ..Response::default()
         }),
         "InterpretHealth" => {
-            let prepared = ask.prepare(&root)?;
+            let prepared = ask.prepare(&root, STATUS)?;
             Ok(Response {
                 healthy: Some(healthy(prepared.status())),
                 ..Response::default()
@@ -174,6 +174,22 @@ pub fn healthy(status: &pb::Status) -> bool {
     status.phase == pb::Phase::Running as i32 || status.phase == pb::Phase::Completed as i32
 }
 
+/// The normalized status alone (health, aggregation).
+const STATUS: Want = Want {
+    status: true,
+    pod_specs: false,
+};
+/// Instances with their pod specs (replicas, components).
+const SPECS: Want = Want {
+    status: false,
+    pod_specs: true,
+};
+/// Instances alone (revise, dependencies).
+const INSTANCES: Want = Want {
+    status: false,
+    pod_specs: false,
+};
+
 /// One pod-bearing instance, as the answers use it.
 struct Instance {
     component: usize,
@@ -195,8 +211,8 @@ struct Ask<'a> {
 impl Ask<'_> {
     /// What the object alone determines; an evaluation cut short is refused (a partial
     /// answer would mislead a scheduler).
-    fn prepare(&self, root: &Object) -> Answer<Prepared> {
-        let prepared = resolve::prepare(self.def, root, Some(self.deadline));
+    fn prepare(&self, root: &Object, want: Want) -> Answer<Prepared> {
+        let prepared = resolve::prepare_with(self.def, root, Some(self.deadline), want);
         if let Some(d) = prepared.diagnostics().iter().find(|d| {
             matches!(
                 d.code.as_str(),
@@ -324,11 +340,11 @@ impl Ask<'_> {
     }
 
     fn replica(&self) -> Answer<Response> {
-        let prepared = self.prepare(self.root)?;
+        let prepared = self.prepare(self.root, SPECS)?;
         let list = self.instances(&prepared);
         let total: u64 = list.iter().map(|i| u64::from(i.desired)).sum();
         let replicas = i32::try_from(total).unwrap_or(i32::MAX);
-        let specs = self.instance_specs(&list)?;
+        let specs = kept_specs(&prepared, &list);
         // The instances that run pods (all of them when none does).
         let active: Vec<usize> = {
             let running: Vec<usize> = (0..list.len()).filter(|&i| list[i].desired > 0).collect();
@@ -362,9 +378,9 @@ impl Ask<'_> {
     }
 
     fn components(&self) -> Answer<Response> {
-        let prepared = self.prepare(self.root)?;
+        let prepared = self.prepare(self.root, SPECS)?;
         let list = self.instances(&prepared);
-        let specs = self.instance_specs(&list)?;
+        let specs = kept_specs(&prepared, &list);
         let names = self.names(&list)?;
         let components = list
             .iter()
@@ -449,7 +465,7 @@ impl Ask<'_> {
                 "ReviseReplica needs request.replicas (a count of 0 or more)",
             ));
         };
-        let prepared = self.prepare(self.root)?;
+        let prepared = self.prepare(self.root, INSTANCES)?;
         let list = self.instances(&prepared);
         // The writable location of each instance, if its component has one.
         let mut paths: BTreeMap<usize, Vec<Vec<Step>>> = BTreeMap::new();
@@ -532,7 +548,7 @@ impl Ask<'_> {
     }
 
     fn dependencies(&self) -> Answer<Response> {
-        let prepared = self.prepare(self.root)?;
+        let prepared = self.prepare(self.root, INSTANCES)?;
         let list = self.instances(&prepared);
         let specs = self.instance_specs(&list)?;
         let mut refs = BTreeSet::new();
@@ -568,7 +584,7 @@ impl Ask<'_> {
                 map.insert("status".to_owned(), (*status).clone());
             }
             let root = parse(&member)?;
-            let prepared = self.prepare(&root)?;
+            let prepared = self.prepare(&root, STATUS)?;
             let rank = rank(prepared.status().phase);
             if worst.is_none_or(|(r, _)| rank < r) {
                 worst = Some((rank, status));
@@ -644,6 +660,13 @@ fn merge(into: &mut Json, others: &[&Json], depth: usize) {
             *value = Json::from(sum);
         }
     }
+}
+
+/// The pod specs [`resolve::prepare_with`] kept, for each instance of `list`.
+fn kept_specs(prepared: &Prepared, list: &[Instance]) -> Vec<Option<Val>> {
+    list.iter()
+        .map(|i| prepared.pod_spec(i.component, i.position).cloned())
+        .collect()
 }
 
 /// Least advanced first: the order in which a member's status speaks for the workload.

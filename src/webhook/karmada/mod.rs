@@ -3,7 +3,6 @@
 //! object and the catalog's definition of its kind, on the evaluation threads under the
 //! resolve deadline. See `docs/karmada.md`.
 
-mod assign;
 pub mod config;
 mod extras;
 pub mod interpret;

@@ -1,16 +1,8 @@
 //! JSONPatch (RFC 6902) operations as Karmada applies them, and the base64 form Go gives a
 //! `[]byte` field in JSON.
 
+pub use crate::definition::assign::Step;
 use serde_json::{Value as Json, json};
-
-/// One location in a JSON document: object keys and array indexes.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Step {
-    /// An object member.
-    Key(String),
-    /// An array element.
-    Index(usize),
-}
 
 /// The JSON pointer (RFC 6901) of a path.
 pub fn pointer(path: &[Step]) -> String {

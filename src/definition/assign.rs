@@ -1,11 +1,19 @@
-//! `replicasAssignPath`: a jq path expression of the plain kind (`.spec.replicas`,
-//! `.spec.groups[0].replicas`, `.spec.groups[]?.replicas`, `.spec["a.b"]`), the subset
-//! whose every output is a location that can be written. Evaluated here on the JSON object
-//! (the expression gate refuses jq's `path()` for definitions), yielding one location per
-//! output in jq's order.
+//! Plain path expressions (the extension `interpreterDefinition.replicasAssignPath`): the
+//! jq subset whose every output is a location that can be written (`.spec.replicas`,
+//! `.spec.groups[0].replicas`, `.spec.groups[]?.replicas`, `.spec["a.b"]`). Evaluated here
+//! on the JSON object (the expression gate refuses jq's `path()` for definitions), yielding
+//! one location per output in jq's order.
 
-use super::patch::Step;
 use serde_json::Value as Json;
+
+/// One step of a location in a JSON document.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// An object member.
+    Key(String),
+    /// An array element.
+    Index(usize),
+}
 
 /// One segment of a path expression.
 #[derive(Debug, Clone, PartialEq)]
