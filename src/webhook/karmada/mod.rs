@@ -19,6 +19,10 @@ use wire::{Answer, Context, RequestStatus, Response};
 /// The route.
 pub const PATH: &str = "/karmada/interpret";
 
+/// How long a request waits for room when every evaluation thread is busy and their queue
+/// is full, before it is answered `successful: false` with code 429.
+pub const QUEUE_WAIT: Duration = Duration::from_millis(100);
+
 /// Answers one request body: 200 with the context's response (successful or not), or 400
 /// with an unsuccessful response when the body is not a `ResourceInterpreterContext`.
 pub async fn handle(shared: &Shared, body: Bytes, timeout: Duration) -> (StatusCode, Bytes) {
@@ -56,10 +60,22 @@ pub async fn handle(shared: &Shared, body: Bytes, timeout: Duration) -> (StatusC
     let catalog = shared.store.catalog();
     let deadline = started + timeout;
     let uid = request.uid.clone();
-    let ran = shared
-        .evaluations
-        .run(move || interpret::answer(&catalog, &request, deadline))
-        .await;
+    let request = std::sync::Arc::new(request);
+    // A full queue is usually a burst: wait a little for room before answering 429.
+    let room_until = started + QUEUE_WAIT.min(timeout);
+    let ran = loop {
+        let (catalog, request) = (catalog.clone(), request.clone());
+        let ran = shared
+            .evaluations
+            .run(move || interpret::answer(&catalog, &request, deadline))
+            .await;
+        match ran {
+            Err(s) if s.code() == tonic::Code::ResourceExhausted && Instant::now() < room_until => {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            other => break other,
+        }
+    };
     let (response, kind) = match ran {
         Ok(answered) => answered,
         Err(status) => (
