@@ -804,3 +804,107 @@ fn karmada_extension_errors_are_definition_errors() {
         "{errors:?}"
     );
 }
+
+/// The catalog snapshots (`tests/catalog/<kind>/<state>.yaml` with `.expect.yaml`), the
+/// kinds Karmada lacks among them: the webhook's replicas and components count the pods
+/// and GPUs the graph expects, and its health follows the expected phase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn karmada_catalog_snapshots_agree_with_their_graphs() {
+    let (addr, _shared, _stop) = serve_webhook(webhook::Settings::default()).await;
+    let catalog = Catalog::embedded().unwrap();
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/catalog");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    let mut checked = 0;
+    let mut kinds = std::collections::BTreeSet::new();
+    for dir in dirs {
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        for expect_path in files
+            .iter()
+            .filter(|p| p.to_string_lossy().ends_with(".expect.yaml"))
+        {
+            let case = expect_path
+                .to_string_lossy()
+                .replace(".expect.yaml", ".yaml");
+            let expect: Json =
+                serde_saphyr::from_str(&std::fs::read_to_string(expect_path).unwrap()).unwrap();
+            let docs: Vec<Json> =
+                serde_saphyr::from_multiple(&std::fs::read_to_string(&case).unwrap()).unwrap();
+            let Some(object) = docs.into_iter().find(|d| {
+                let (api, kind) = (
+                    d["apiVersion"].as_str().unwrap_or(""),
+                    d["kind"].as_str().unwrap_or(""),
+                );
+                d["metadata"].get("ownerReferences").is_none()
+                    && catalog.lookup(api, kind).is_some()
+                    && kind != "Pod"
+            }) else {
+                continue;
+            };
+            let what = format!("{case}");
+            let r = ask(addr, "InterpretReplica", &object, 0, json!({})).await;
+            assert_eq!(r["successful"], true, "{what}: {r}");
+            let desired = expect["pods"]["desired"].as_i64().unwrap_or(0);
+            assert_eq!(
+                r["replicas"].as_i64(),
+                Some(desired),
+                "{what}: replicas are the desired pods"
+            );
+            let r = ask(addr, "InterpretComponent", &object, 0, json!({})).await;
+            let components = r["components"].as_array().cloned().unwrap_or_default();
+            let pods: i64 = components
+                .iter()
+                .map(|c| c["replicas"].as_i64().unwrap())
+                .sum();
+            assert_eq!(pods, desired, "{what}: components hold the desired pods");
+            let gpus: f64 = components
+                .iter()
+                .map(|c| {
+                    let n = c["replicaRequirements"]["resourceRequest"]["nvidia.com/gpu"]
+                        .as_str()
+                        .and_then(|q| q.parse::<f64>().ok())
+                        .unwrap_or(0.0);
+                    n * c["replicas"].as_f64().unwrap()
+                })
+                .sum();
+            let expected_gpus = expect["gpus"]["desired"].as_f64().unwrap_or(0.0);
+            if expected_gpus.fract() == 0.0 {
+                assert_eq!(gpus, expected_gpus, "{what}: GPUs");
+            }
+            let r = ask(addr, "InterpretHealth", &object, 0, json!({})).await;
+            let phase = expect["phase"].as_str().unwrap_or("");
+            assert_eq!(
+                r["healthy"],
+                json!(matches!(phase, "Running" | "Completed")),
+                "{what}: phase {phase}"
+            );
+            let r = ask(addr, "InterpretDependency", &object, 0, json!({})).await;
+            assert_eq!(r["successful"], true, "{what}");
+            kinds.insert(object["kind"].as_str().unwrap().to_owned());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 60, "{checked} snapshots");
+    for k in [
+        "LeaderWorkerSet",
+        "JobSet",
+        "InferenceService",
+        "Service",
+        "DynamoGraphDeployment",
+        "PodCliqueSet",
+        "NIMService",
+        "Milvus",
+        "TrainJob",
+    ] {
+        assert!(kinds.contains(k), "{k} is covered: {kinds:?}");
+    }
+}
