@@ -850,7 +850,7 @@ async fn karmada_catalog_snapshots_agree_with_their_graphs() {
             }) else {
                 continue;
             };
-            let what = format!("{case}");
+            let what = case.clone();
             let r = ask(addr, "InterpretReplica", &object, 0, json!({})).await;
             assert_eq!(r["successful"], true, "{what}: {r}");
             let desired = expect["pods"]["desired"].as_i64().unwrap_or(0);
