@@ -58,3 +58,4 @@ pub mod resolve;
 pub mod server;
 pub mod source;
 pub mod telemetry;
+pub mod webhook;

@@ -76,6 +76,22 @@ pub enum Command {
     Check(check::Args),
     /// List the definitions in effect (embedded catalog, plus --definitions).
     Definitions(definitions::Args),
+    /// Print the Karmada ResourceInterpreterWebhookConfiguration for every root kind of the
+    /// definitions in effect (docs/karmada.md).
+    KarmadaConfig(KarmadaConfigArgs),
+}
+
+/// Arguments of `karmada-config`.
+#[derive(Debug, clap::Args)]
+pub struct KarmadaConfigArgs {
+    /// The webhook's URL as Karmada calls it.
+    #[arg(long, default_value = crate::webhook::karmada::config::DEFAULT_URL)]
+    pub url: String,
+    /// The base64 PEM CA bundle that signed the webhook's certificate.
+    #[arg(long, default_value = "")]
+    pub ca_bundle: String,
+    #[command(flatten)]
+    pub definitions: DefinitionArgs,
 }
 
 /// Definition sources shared by commands.
@@ -193,6 +209,13 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Resolve(args) => resolve::run(args),
         Command::Check(args) => check::run(args),
         Command::Definitions(args) => definitions::run(args),
+        Command::KarmadaConfig(args) => load_catalog(&args.definitions).map(|catalog| {
+            print!(
+                "{}",
+                crate::webhook::karmada::config::render(&catalog, &args.url, &args.ca_bundle)
+            );
+            ExitCode::SUCCESS
+        }),
     };
     match result {
         Ok(code) => code,

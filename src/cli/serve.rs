@@ -193,6 +193,29 @@ pub struct Args {
     /// RESOURCE_EXHAUSTED.
     #[arg(long, env = "KARTOGRAF_EVAL_THREADS", default_value_t = 0)]
     pub eval_threads: usize,
+    /// Serve the webhooks (Karmada's resource interpreter, `POST /karmada/interpret`) on
+    /// this address: HTTPS with --webhook-tls-cert/--webhook-tls-key, plain HTTP without.
+    #[arg(long, env = "KARTOGRAF_WEBHOOK_LISTEN", value_name = "ADDR")]
+    pub webhook_listen: Option<SocketAddr>,
+    /// PEM certificate chain of the webhook listener (re-read when it changes).
+    #[arg(
+        long,
+        env = "KARTOGRAF_WEBHOOK_TLS_CERT",
+        value_name = "FILE",
+        requires_all = ["webhook_tls_key", "webhook_listen"]
+    )]
+    pub webhook_tls_cert: Option<PathBuf>,
+    /// PEM private key of --webhook-tls-cert (re-read when it changes).
+    #[arg(
+        long,
+        env = "KARTOGRAF_WEBHOOK_TLS_KEY",
+        value_name = "FILE",
+        requires = "webhook_tls_cert"
+    )]
+    pub webhook_tls_key: Option<PathBuf>,
+    /// Largest webhook request body, in bytes (larger ones get HTTP 413).
+    #[arg(long, env = "KARTOGRAF_WEBHOOK_MAX_BODY_BYTES", default_value_t = crate::webhook::DEFAULT_MAX_BODY)]
+    pub webhook_max_body_bytes: usize,
     #[command(flatten)]
     pub definitions: DefinitionArgs,
     #[command(flatten)]
@@ -320,6 +343,31 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         idle_timeout: positive(args.idle_timeout),
         watch_stall_timeout: positive(args.watch_stall_timeout),
     };
+    if let Some(addr) = args.webhook_listen {
+        let webhook_listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding the webhook port {addr}"))?;
+        let webhook = crate::webhook::Settings {
+            tls: args
+                .webhook_tls_cert
+                .clone()
+                .zip(args.webhook_tls_key.clone()),
+            max_body_bytes: args.webhook_max_body_bytes,
+            eval_timeout: args.resolve_timeout,
+            request_timeout: args.request_timeout,
+            max_connections: args.concurrency_limit,
+        };
+        tracing::info!(webhook = %webhook_listener.local_addr()?, tls = webhook.tls.is_some(), "webhook listening");
+        let task = crate::webhook::serve(webhook_listener, shared.clone(), webhook);
+        tasks.watch(
+            "webhook listener",
+            tokio::spawn(async move {
+                if let Err(e) = task.await {
+                    tracing::error!(error = %e, "the webhook listener failed");
+                }
+            }),
+        );
+    }
     let mut server = tokio::spawn(server::serve(listener, shared, settings));
     // A server that stops on its own (bad TLS files, a failed listener) ends the process
     // with its error instead of leaving the admin port reporting a healthy process.

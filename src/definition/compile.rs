@@ -464,6 +464,16 @@ fn compile_component(
         .status_definition
         .as_ref()
         .map(|s| compile_status(cx, s, &format!("{path}.statusDefinition")));
+    // Extension: checked here, compiled where it is used (the Karmada webhook).
+    if let Some(ext) = &c.interpreter_definition {
+        let ip = format!("{path}.interpreterDefinition");
+        cx.expr(&format!("{ip}.componentNamePath"), &ext.component_name_path);
+        if let Some(source) = &ext.replicas_assign_path
+            && let Err(e) = super::assign::AssignPath::parse(source)
+        {
+            cx.error(&format!("{ip}.replicasAssignPath"), e);
+        }
+    }
     if let Some(suspend) = &c.suspend_definition {
         let sp = format!("{path}.suspendDefinition");
         for (list, actions) in [

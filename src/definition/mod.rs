@@ -3,6 +3,7 @@
 //! Definitions come from three sources, merged per root kind with precedence
 //! cluster Karta objects > `--definitions DIR` > the embedded catalog.
 
+pub mod assign;
 pub mod breaker;
 pub mod catalog;
 pub mod compile;

@@ -163,6 +163,25 @@ pub struct ComponentDefinition {
     /// How pods map to this component.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_selector: Option<PodSelector>,
+    /// Extension: what resource interpreters (Karmada's webhook) need beyond the format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interpreter_definition: Option<InterpreterDefinition>,
+}
+
+/// Extension `interpreterDefinition` of a component: names and writable replica counts for
+/// multi-cluster resource interpreters (see `docs/karmada.md`). Both are jq on the workload,
+/// lined up with the component's instances by position, like `scaleDefinition` paths.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InterpreterDefinition {
+    /// One name per instance (default: the instance id, or the component name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component_name_path: Option<String>,
+    /// A jq path expression (as `path(...)` accepts) locating each instance's replica count
+    /// where a new count may be written; without it the component's replicas are not
+    /// assignable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas_assign_path: Option<String>,
 }
 
 /// `specDefinition`: one of three shapes.

@@ -52,6 +52,25 @@ pub struct Metrics {
     watch_coalesced: Counter,
     /// The Kubernetes source's counters (read at scrape time), once one runs.
     informers: Arc<std::sync::OnceLock<Arc<crate::source::kube::Counters>>>,
+    karmada_requests: Family<KarmadaLabels, Counter>,
+    karmada_duration: Family<OperationLabels, Histogram, fn() -> Histogram>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KarmadaLabels {
+    operation: &'static str,
+    kind: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: &'static str,
+}
+
+fn webhook_histogram() -> Histogram {
+    // 50 µs … ~0.8 s.
+    Histogram::new(exponential_buckets(0.00005, 2.0, 15))
 }
 
 impl std::fmt::Debug for Metrics {
@@ -89,6 +108,20 @@ impl Metrics {
             "Watch changes merged into a later change of the same workload for a slow subscriber",
             watch_coalesced.clone(),
         );
+        let karmada_requests = Family::<KarmadaLabels, Counter>::default();
+        registry.register(
+            "kartograf_karmada_requests",
+            "Karmada interpreter webhook requests, by operation, kind (a catalog root kind, \
+             or empty) and result (successful, unsuccessful, bad_request)",
+            karmada_requests.clone(),
+        );
+        let karmada_duration: Family<OperationLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(webhook_histogram);
+        registry.register(
+            "kartograf_karmada_duration_seconds",
+            "Time from a Karmada interpreter request's body read to its answer, by operation",
+            karmada_duration.clone(),
+        );
         let informers = Arc::new(std::sync::OnceLock::new());
         registry.register_collector(Box::new(inventory::Inventory {
             source,
@@ -102,7 +135,35 @@ impl Metrics {
             watch_subscribers,
             watch_coalesced,
             informers,
+            karmada_requests,
+            karmada_duration,
         })
+    }
+
+    /// Records one Karmada interpreter request. Labels stay bounded: an operation Karmada
+    /// does not define is `other`, and `kind` is only ever a definition's root kind.
+    pub fn karmada_request(
+        &self,
+        operation: &str,
+        kind: &str,
+        result: &'static str,
+        elapsed: Duration,
+    ) {
+        let operation = crate::webhook::karmada::wire::OPERATIONS
+            .iter()
+            .find(|o| **o == operation)
+            .copied()
+            .unwrap_or("other");
+        self.karmada_duration
+            .get_or_create(&OperationLabels { operation })
+            .observe(elapsed.as_secs_f64());
+        self.karmada_requests
+            .get_or_create(&KarmadaLabels {
+                operation,
+                kind: kind.to_owned(),
+                result,
+            })
+            .inc();
     }
 
     /// Records one finished RPC.

@@ -181,17 +181,26 @@ impl Resolver<'_> {
         let name = comp.name.as_str();
         let mut bad = Vec::new();
         let mut claims = 0usize;
+        let keep = self.kept_specs.is_some();
+        let mut kept: Vec<Option<Val>> = Vec::new();
         let result: Vec<(Amounts, bool)> = match &comp.spec {
             None => vec![(Amounts::default(), false); count],
             Some(PodSpecSource::Template(expr)) => self
                 .positional(expr, count, name)
                 .into_iter()
                 .map(|t| match t {
-                    None | Some(Val::Null) => (Amounts::default(), false),
+                    None | Some(Val::Null) => {
+                        kept.push(None);
+                        (Amounts::default(), false)
+                    }
                     Some(t) => {
                         claims += get_path(&t, &["spec", "resourceClaims"])
                             .map_or(0, |c| as_array(c).len());
-                        (resources::pod_amounts(&t, &mut bad), true)
+                        let amounts = resources::pod_amounts(&t, &mut bad);
+                        if keep {
+                            kept.push(get(&t, "spec").cloned());
+                        }
+                        (amounts, true)
                     }
                 })
                 .collect(),
@@ -205,8 +214,14 @@ impl Resolver<'_> {
                     .into_iter()
                     .zip(metas)
                     .map(|(s, m)| match s {
-                        None | Some(Val::Null) => (Amounts::default(), false),
+                        None | Some(Val::Null) => {
+                            kept.push(None);
+                            (Amounts::default(), false)
+                        }
                         Some(s) => {
+                            if keep {
+                                kept.push(Some(s.clone()));
+                            }
                             claims += get(&s, "resourceClaims").map_or(0, |c| as_array(c).len());
                             let raw = resources::pod_spec_request(&s, &mut bad);
                             let fraction = resources::gpu_fraction(
@@ -261,6 +276,11 @@ impl Resolver<'_> {
                     .collect()
             }
         };
+        if let Some(all) = self.kept_specs.as_mut() {
+            kept.resize(count, None);
+            all.resize(c, Vec::new());
+            all.push(kept);
+        }
         if !bad.is_empty() {
             self.report_quantities("", &bad, name);
         }

@@ -56,6 +56,8 @@ pub struct Input<'a> {
 pub struct Prepared {
     status: pb::Status,
     specs: Vec<Vec<extract::InstanceSpec>>,
+    /// With [`Want::pod_specs`]: each instance's pod spec, by component and instance.
+    pod_specs: Vec<Vec<Option<Val>>>,
     diagnostics: Vec<pb::Diagnostic>,
     /// `minMemberPath` results for this root version (see [`MinMemberKey`]).
     min_members: Arc<Mutex<HashMap<MinMemberKey, MinMember>>>,
@@ -70,7 +72,50 @@ type MinMember = (Option<u32>, Vec<pb::Diagnostic>);
 /// Remembered `minMemberPath` results per root version at most (then forgotten at once).
 const MAX_MIN_MEMBERS: usize = 64;
 
+/// What the root object says about one instance of a component (see [`Prepared::instances`]).
+#[derive(Debug, Clone, Copy)]
+pub struct InstanceView<'a> {
+    /// The instance id (empty for a component without `instanceIdPath`).
+    pub id: &'a str,
+    /// Its scale, as the definition's scale paths read it.
+    pub scale: &'a pb::Scale,
+    /// What one of its pods requests.
+    pub per_pod: &'a Amounts,
+    /// Its desired pods across the whole workload.
+    pub desired: u32,
+}
+
 impl Prepared {
+    /// The normalized status of the root.
+    pub fn status(&self) -> &pb::Status {
+        &self.status
+    }
+
+    /// The diagnostics of the evaluation.
+    pub fn diagnostics(&self) -> &[pb::Diagnostic] {
+        &self.diagnostics
+    }
+
+    /// The pod spec (a PodSpec, not a template) of instance `i` of component `c`, when
+    /// [`prepare_with`] was asked to keep them and the instance has one.
+    pub fn pod_spec(&self, c: usize, i: usize) -> Option<&Val> {
+        self.pod_specs.get(c)?.get(i)?.as_ref()
+    }
+
+    /// The instances of component `c` (definition order), as the root object alone says.
+    pub fn instances(&self, c: usize) -> impl Iterator<Item = InstanceView<'_>> {
+        self.specs
+            .get(c)
+            .into_iter()
+            .flatten()
+            .map(|s| InstanceView {
+                id: &s.id,
+                scale: &s.scale,
+                per_pod: &s.per_pod,
+                desired: s.desired,
+            })
+    }
+
     /// Whether an evaluation was cut short (deadline, budget, quarantine): such answers
     /// are not to be remembered, since the next try may complete.
     pub fn is_partial(&self) -> bool {
@@ -83,8 +128,35 @@ impl Prepared {
     }
 }
 
+/// What [`prepare_with`] computes besides the components' instances.
+#[derive(Debug, Clone, Copy)]
+pub struct Want {
+    /// The normalized status (skipped: left at its default).
+    pub status: bool,
+    /// Each instance's pod spec, kept for [`Prepared::pod_spec`].
+    pub pod_specs: bool,
+}
+
 /// Evaluates everything that depends only on the definition and the root object.
 pub fn prepare(definition: &Definition, root: &Object, deadline: Option<Instant>) -> Prepared {
+    prepare_with(
+        definition,
+        root,
+        deadline,
+        Want {
+            status: true,
+            pod_specs: false,
+        },
+    )
+}
+
+/// [`prepare`], computing only what `want` asks for besides the instances.
+pub fn prepare_with(
+    definition: &Definition,
+    root: &Object,
+    deadline: Option<Instant>,
+    want: Want,
+) -> Prepared {
     let input = Input {
         definition,
         generation: 0,
@@ -95,6 +167,7 @@ pub fn prepare(definition: &Definition, root: &Object, deadline: Option<Instant>
         prepared: None,
     };
     let mut r = Resolver::new(&input);
+    r.kept_specs = want.pod_specs.then(Vec::new);
     if let Some(problem) = &root.problem {
         r.diags.push(
             ERROR,
@@ -104,13 +177,18 @@ pub fn prepare(definition: &Definition, root: &Object, deadline: Option<Instant>
             "",
         );
     }
-    let status = r.status();
+    let status = if want.status {
+        r.status()
+    } else {
+        pb::Status::default()
+    };
     let specs = (0..definition.components.len())
         .map(|c| r.extract(c))
         .collect();
     Prepared {
         status,
         specs,
+        pod_specs: r.kept_specs.take().unwrap_or_default(),
         diagnostics: r.diags.into_vec(),
         min_members: Arc::default(),
     }
@@ -467,6 +545,8 @@ struct Resolver<'a> {
     native: Native,
     /// The slots of each component (filled when gangs are computed).
     slots_by_component: Vec<Vec<usize>>,
+    /// When kept: each component's instances' pod specs, in component order.
+    kept_specs: Option<Vec<Vec<Option<Val>>>>,
 }
 
 impl<'a> Resolver<'a> {
@@ -490,6 +570,7 @@ impl<'a> Resolver<'a> {
             prepared: input.prepared,
             native: Native::new(),
             slots_by_component: Vec::new(),
+            kept_specs: None,
         }
     }
 

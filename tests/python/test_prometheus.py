@@ -99,7 +99,14 @@ ARGO_POD = ("ml", "embed-corpus-embed-2719048201")
 
 # Dashboard panels whose series cannot exist for a `--manifests` server (no Kubernetes
 # informers run): their queries must execute and come back empty.
-EMPTY_FOR_MANIFESTS = {"Informer events", "Informer restarts and errors"}
+EMPTY_FOR_MANIFESTS = {
+    "Informer events",
+    "Informer restarts and errors",
+    # No Karmada webhook here (no --webhook-listen, no requests).
+    "Interpreter requests by operation and result",
+    "Interpreter latency",
+    "Unsuccessful interpreter answers by kind",
+}
 # Panels about pods outside workloads or components: the demo cluster has none.
 EMPTY_WITHOUT_STRAYS = {"GPU pods outside workloads or components"}
 

@@ -11,6 +11,7 @@ mod fake_apiserver;
 mod hardening;
 mod hostile;
 mod ingest;
+mod karmada;
 mod kube;
 mod observability;
 mod sources;

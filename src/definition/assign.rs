@@ -1,0 +1,239 @@
+//! Plain path expressions (the extension `interpreterDefinition.replicasAssignPath`): the
+//! jq subset whose every output is a location that can be written (`.spec.replicas`,
+//! `.spec.groups[0].replicas`, `.spec.groups[]?.replicas`, `.spec["a.b"]`). Evaluated here
+//! on the JSON object (the expression gate refuses jq's `path()` for definitions), yielding
+//! one location per output in jq's order.
+
+use serde_json::Value as Json;
+
+/// One step of a location in a JSON document.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// An object member.
+    Key(String),
+    /// An array element.
+    Index(usize),
+}
+
+/// One segment of a path expression.
+#[derive(Debug, Clone, PartialEq)]
+enum Segment {
+    /// `.name`, `."name"`, `["name"]`.
+    Key(String),
+    /// `[N]`.
+    Index(usize),
+    /// `[]` (`[]?`: nothing for a value that is not an array).
+    Each { optional: bool },
+}
+
+/// A parsed path expression.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AssignPath(Vec<Segment>);
+
+/// Most locations one expression may yield.
+pub const MAX_LOCATIONS: usize = 4096;
+
+impl AssignPath {
+    /// Parses `source`; the error says what is not a plain path.
+    pub fn parse(source: &str) -> Result<AssignPath, String> {
+        let s = source.trim();
+        let bytes = s.as_bytes();
+        let mut i = 0;
+        let mut out = Vec::new();
+        let fail = |what: &str| format!("`{source}` is not a plain path expression: {what}");
+        if !s.starts_with('.') {
+            return Err(fail("it must start with `.`"));
+        }
+        while i < bytes.len() {
+            match bytes[i] {
+                b'.' if bytes.get(i + 1) == Some(&b'"') => {
+                    let (key, next) =
+                        quoted(s, i + 1).ok_or_else(|| fail("unterminated string"))?;
+                    out.push(Segment::Key(key));
+                    i = next;
+                }
+                b'.' if bytes.get(i + 1) == Some(&b'[') => i += 1,
+                b'.' => {
+                    let start = i + 1;
+                    let mut end = start;
+                    while end < bytes.len()
+                        && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_')
+                    {
+                        end += 1;
+                    }
+                    if end == start {
+                        if bytes.len() == 1 {
+                            return Err(fail("`.` alone is the whole object"));
+                        }
+                        return Err(fail("a name must follow `.`"));
+                    }
+                    out.push(Segment::Key(s[start..end].to_owned()));
+                    i = end;
+                }
+                b'[' => {
+                    let close = s[i..]
+                        .find(']')
+                        .map(|p| i + p)
+                        .ok_or_else(|| fail("unclosed `[`"))?;
+                    let inner = s[i + 1..close].trim();
+                    let mut next = close + 1;
+                    if inner.is_empty() {
+                        let optional = bytes.get(next) == Some(&b'?');
+                        if optional {
+                            next += 1;
+                        }
+                        out.push(Segment::Each { optional });
+                    } else if inner.starts_with('"') {
+                        let (key, end) = quoted(
+                            s,
+                            i + 1 + (s[i + 1..].len() - s[i + 1..].trim_start().len()),
+                        )
+                        .ok_or_else(|| fail("unterminated string"))?;
+                        if s[end..].trim_start().as_bytes().first() != Some(&b']') {
+                            return Err(fail("expected `]` after the key"));
+                        }
+                        out.push(Segment::Key(key));
+                        next = s[end..].find(']').map_or(close + 1, |p| end + p + 1);
+                    } else {
+                        let n = inner
+                            .parse::<usize>()
+                            .map_err(|_| fail("only `[]`, `[N]` and `[\"key\"]` are allowed"))?;
+                        out.push(Segment::Index(n));
+                    }
+                    i = next;
+                }
+                b'?' => i += 1,
+                _ => {
+                    return Err(fail(
+                        "only `.name`, `[N]`, `[]` and `[\"key\"]` segments are allowed",
+                    ));
+                }
+            }
+        }
+        Ok(AssignPath(out))
+    }
+
+    /// Every location the expression yields on `doc`, at most [`MAX_LOCATIONS`]. A missing
+    /// member is still a location (it can be added); `[]` on an absent value yields nothing;
+    /// `[]` on anything else that is not an array is an error unless `[]?`.
+    pub fn locations(&self, doc: &Json) -> Result<Vec<Vec<Step>>, String> {
+        let mut current: Vec<(Vec<Step>, Option<&Json>)> = vec![(Vec::new(), Some(doc))];
+        for seg in &self.0 {
+            let mut next = Vec::new();
+            for (path, value) in current {
+                match seg {
+                    Segment::Key(k) => {
+                        let mut p = path;
+                        p.push(Step::Key(k.clone()));
+                        next.push((p, value.and_then(|v| v.get(k))));
+                    }
+                    Segment::Index(n) => {
+                        let mut p = path;
+                        p.push(Step::Index(*n));
+                        next.push((p, value.and_then(|v| v.get(*n))));
+                    }
+                    Segment::Each { optional } => match value {
+                        Some(Json::Array(items)) => {
+                            for (n, item) in items.iter().enumerate() {
+                                let mut p = path.clone();
+                                p.push(Step::Index(n));
+                                next.push((p, Some(item)));
+                            }
+                        }
+                        None | Some(Json::Null) => {}
+                        Some(_) if *optional => {}
+                        Some(_) => return Err("`[]` on a value that is not an array".to_owned()),
+                    },
+                }
+                if next.len() > MAX_LOCATIONS {
+                    return Err(format!("more than {MAX_LOCATIONS} locations"));
+                }
+            }
+            current = next;
+        }
+        Ok(current.into_iter().map(|(p, _)| p).collect())
+    }
+}
+
+/// A JSON string literal starting at byte `at` (a `"`): its text and the byte after it.
+fn quoted(s: &str, at: usize) -> Option<(String, usize)> {
+    let rest = s.get(at..)?;
+    let mut de = serde_json::Deserializer::from_str(rest).into_iter::<String>();
+    let key = de.next()?.ok()?;
+    Some((key, at + de.byte_offset()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn key(k: &str) -> Step {
+        Step::Key(k.to_owned())
+    }
+
+    #[test]
+    fn plain_paths_parse_and_yield_their_locations() {
+        let doc = json!({"spec": {"replicas": 2, "groups": [{"replicas": 1}, {"n": 0}], "a.b": 1}});
+        let at = |src: &str| AssignPath::parse(src).unwrap().locations(&doc).unwrap();
+        assert_eq!(
+            at(".spec.replicas"),
+            vec![vec![key("spec"), key("replicas")]]
+        );
+        assert_eq!(
+            at(".spec.missing.deeper"),
+            vec![vec![key("spec"), key("missing"), key("deeper")]]
+        );
+        assert_eq!(
+            at(".spec.groups[]?.replicas"),
+            vec![
+                vec![key("spec"), key("groups"), Step::Index(0), key("replicas")],
+                vec![key("spec"), key("groups"), Step::Index(1), key("replicas")],
+            ]
+        );
+        assert_eq!(
+            at(".spec.groups[1].n"),
+            vec![vec![key("spec"), key("groups"), Step::Index(1), key("n")]]
+        );
+        assert_eq!(at(r#".spec["a.b"]"#), vec![vec![key("spec"), key("a.b")]]);
+        assert_eq!(at(r#".spec."a.b""#), vec![vec![key("spec"), key("a.b")]]);
+        assert!(at(".spec.absent[]").is_empty());
+        assert!(
+            AssignPath::parse(".spec.replicas[]")
+                .unwrap()
+                .locations(&doc)
+                .is_err()
+        );
+        assert!(
+            AssignPath::parse(".spec.replicas[]?")
+                .unwrap()
+                .locations(&doc)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn anything_but_a_plain_path_is_refused() {
+        for bad in [
+            ".spec.replicas // 1",
+            "1",
+            ".",
+            ".spec | .replicas",
+            ".spec[.x]",
+            ".a[",
+            ".a[-1]",
+            "path(.a)",
+        ] {
+            assert!(AssignPath::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn locations_are_bounded() {
+        let row: Vec<u8> = vec![0; 100];
+        let doc = json!({"a": vec![row; 100]});
+        let p = AssignPath::parse(".a[][]").unwrap();
+        assert!(p.locations(&doc).unwrap_err().contains("more than"));
+    }
+}

@@ -1,0 +1,106 @@
+//! The webhook's TLS identity, re-read when its files change (as cert-manager and kubelet
+//! rotate a mounted Secret): each new connection uses the newest certificate that loads; a
+//! pair that fails to load keeps the last good one (with a warning).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// How often the files are looked at (at most once per interval, on a new connection).
+pub const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// A certificate and key pair that follows its files.
+pub struct Reloading {
+    cert: PathBuf,
+    key: PathBuf,
+    state: Mutex<State>,
+}
+
+struct State {
+    checked: Instant,
+    stamp: Stamp,
+    acceptor: TlsAcceptor,
+}
+
+/// What tells a file changed: its modification time and length, of both files.
+type Stamp = [Option<(SystemTime, u64)>; 2];
+
+fn stamp(cert: &Path, key: &Path) -> Stamp {
+    let one = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .and_then(|m| Some((m.modified().ok()?, m.len())))
+    };
+    [one(cert), one(key)]
+}
+
+impl Reloading {
+    /// Loads the pair; an error names the file that failed.
+    pub fn load(cert: &Path, key: &Path) -> Result<Arc<Reloading>, String> {
+        let stamp = stamp(cert, key);
+        let acceptor = acceptor(cert, key)?;
+        Ok(Arc::new(Reloading {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            state: Mutex::new(State {
+                checked: Instant::now(),
+                stamp,
+                acceptor,
+            }),
+        }))
+    }
+
+    /// The acceptor for a new connection, reloading first when the files changed.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.checked.elapsed() >= CHECK_EVERY {
+            st.checked = Instant::now();
+            let now = stamp(&self.cert, &self.key);
+            if now != st.stamp {
+                match acceptor(&self.cert, &self.key) {
+                    Ok(a) => {
+                        st.acceptor = a;
+                        st.stamp = now;
+                        tracing::info!(cert = %self.cert.display(), "webhook certificate reloaded");
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "webhook certificate not reloaded; keeping the last good one");
+                    }
+                }
+            }
+        }
+        st.acceptor.clone()
+    }
+}
+
+fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
+    let read =
+        |flag: &str, p: &Path| std::fs::read(p).map_err(|e| format!("{flag} {}: {e}", p.display()));
+    let cert_pem = read("--webhook-tls-cert", cert)?;
+    let key_pem = read("--webhook-tls-key", key)?;
+    let chain = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("--webhook-tls-cert {}: {e}", cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!(
+            "--webhook-tls-cert {}: no certificate in the file",
+            cert.display()
+        ));
+    }
+    let key_der = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| format!("--webhook-tls-key {}: {e}", key.display()))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_no_client_auth()
+    .with_single_cert(chain, key_der)
+    .map_err(|e| format!("--webhook-tls-cert/--webhook-tls-key: {e}"))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
