@@ -2,8 +2,9 @@
 //! rotate a mounted Secret): each new connection uses the newest certificate that loads; a
 //! pair that fails to load keeps the last good one (with a warning).
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
@@ -56,7 +57,7 @@ impl Reloading {
 
     /// The acceptor for a new connection, reloading first when the files changed.
     pub fn acceptor(&self) -> TlsAcceptor {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.lock();
         if st.checked.elapsed() >= CHECK_EVERY {
             st.checked = Instant::now();
             let now = stamp(&self.cert, &self.key);

@@ -5,8 +5,9 @@ use crate::definition::Definition;
 use crate::definition::assign::AssignPath;
 use crate::definition::model::ComponentDefinition;
 use crate::expr::Expr;
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 
 /// Compiled extension expressions, by component index (`None`: not declared; `Err`: the
 /// expression does not compile, with the message).
@@ -25,15 +26,11 @@ static KEPT: LazyLock<Mutex<HashMap<u64, Arc<Extras>>>> = LazyLock::new(Mutex::d
 
 /// The extras of `def`.
 pub fn of(def: &Definition) -> Arc<Extras> {
-    if let Some(e) = KEPT
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&def.id())
-    {
+    if let Some(e) = KEPT.lock().get(&def.id()) {
         return e.clone();
     }
     let compiled = Arc::new(compile(def));
-    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut kept = KEPT.lock();
     if kept.len() >= MAX_KEPT {
         kept.clear();
     }
