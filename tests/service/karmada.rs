@@ -388,6 +388,36 @@ async fn karmada_every_operation_on_a_deployment_as_karmada_sends_and_verifies_i
         assert_eq!(r["successful"], true);
         assert!(r.get("patch").is_none());
     }
+    // Retain keeps the member's replica count when the template asks for it with Karmada's
+    // label (a member-side autoscaler owns the count), as Karmada's native rule does.
+    let mut labelled = d.clone();
+    labelled["metadata"]["labels"] = json!({"resourcetemplate.karmada.io/retain-replicas": "true"});
+    let mut member = labelled.clone();
+    member["spec"]["replicas"] = json!(7);
+    let r = ask(
+        addr,
+        "Retain",
+        &labelled,
+        0,
+        json!({"observedObject": member}),
+    )
+    .await;
+    assert_eq!(r["successful"], true, "{r}");
+    let mut retained = labelled.clone();
+    apply_patch(&mut retained, &decode_patch(r["patch"].as_str().unwrap()));
+    assert_eq!(retained["spec"]["replicas"], 7);
+    // A member without a count keeps the desired one.
+    let mut bare = labelled.clone();
+    bare["spec"].as_object_mut().unwrap().remove("replicas");
+    let r = ask(
+        addr,
+        "Retain",
+        &labelled,
+        0,
+        json!({"observedObject": bare}),
+    )
+    .await;
+    assert!(r.get("patch").is_none(), "{r}");
 
     // Every request is counted by operation, kind and result.
     let metrics = shared.metrics.encode();

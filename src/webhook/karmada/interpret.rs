@@ -150,8 +150,9 @@ fn run(
         }
         "AggregateStatus" => ask.aggregate(&request.aggregated_status),
         "InterpretDependency" => ask.dependencies(),
-        // Retain and Prune: the definition names no member-owned or generated fields, so
-        // the object is applied as it is (Karmada's answer for kinds without such rules).
+        "Retain" => ask.retain(request.observed_object.as_ref()),
+        // Prune: the definition names no generated fields, so the object is applied as it
+        // is (Karmada's answer for kinds without such rules).
         _ => Ok(Response::default()),
     }
 }
@@ -547,6 +548,41 @@ impl Ask<'_> {
         Ok(with_patch(op.into_iter().collect()))
     }
 
+    /// Retain: a template labelled `resourcetemplate.karmada.io/retain-replicas: "true"`
+    /// keeps the member's replica counts (as Karmada's native rule keeps a Deployment's
+    /// `spec.replicas`, for every instance the definition has a `replicasAssignPath` for;
+    /// a count the member does not have is left as desired). Anything else keeps nothing.
+    fn retain(&self, observed: Option<&Json>) -> Answer<Response> {
+        let wants = self
+            .json
+            .pointer("/metadata/labels")
+            .and_then(|labels| labels.get(RETAIN_REPLICAS_LABEL))
+            .and_then(Json::as_str)
+            == Some("true");
+        let Some(observed) = observed.filter(|_| wants) else {
+            return Ok(Response::default());
+        };
+        let mut ops = Vec::new();
+        for parsed in self.extras.assign.iter().flatten() {
+            let path = parsed.as_ref().map_err(|e| Refusal::new(500, e.clone()))?;
+            let here = path
+                .locations(self.json)
+                .map_err(|e| Refusal::new(422, format!("replicasAssignPath: {e}")))?;
+            for steps in here {
+                let Some(kept) = observed
+                    .pointer(&patch::pointer(&steps))
+                    .filter(|v| v.is_u64())
+                else {
+                    continue;
+                };
+                let op = patch::set(self.json, &steps, kept.clone())
+                    .map_err(|e| Refusal::new(422, format!("replicasAssignPath: {e}")))?;
+                ops.extend(op);
+            }
+        }
+        Ok(with_patch(ops))
+    }
+
     fn dependencies(&self) -> Answer<Response> {
         let prepared = self.prepare(self.root, INSTANCES)?;
         let list = self.instances(&prepared);
@@ -689,6 +725,9 @@ fn rank(phase: i32) -> u8 {
 }
 
 /// A response carrying `ops` as a base64 JSONPatch (none when there is nothing to change).
+/// The label of a resource template whose member replica counts Karmada keeps (Retain).
+const RETAIN_REPLICAS_LABEL: &str = "resourcetemplate.karmada.io/retain-replicas";
+
 fn with_patch(ops: Vec<Json>) -> Response {
     if ops.is_empty() {
         return Response::default();
