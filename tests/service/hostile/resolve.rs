@@ -92,49 +92,36 @@ async fn int32_replicas_inline_are_answered_partially() {
     let mut served = Served::start(&["--manifests", dir.to_str().unwrap()]);
     served.wait_ready(Duration::from_secs(30));
     let mut c = client(&served).await;
-    let yaml = lws("inline", "2147483647");
-    let value: serde_json::Value = serde_saphyr_value(&yaml);
     for _ in 0..3 {
-        let w = c
-            .resolve(pb::ResolveRequest {
-                target: Some(pb::resolve_request::Target::Inline(pb::InlineWorkload {
-                    object_json: value.to_string(),
-                    pods_json: Vec::new(),
-                })),
-                view: pb::View::Full as i32,
-                ..Default::default()
-            })
-            .await
-            .expect("answered")
-            .into_inner()
-            .workload
-            .expect("a workload");
+        let w = inline(&mut c, &lws("inline", "2147483647")).await;
         assert!(
             w.diagnostics.iter().any(|d| d.code == "limit_exceeded"),
             "{:?}",
             w.diagnostics
         );
     }
-    let small: serde_json::Value = serde_saphyr_value(&lws("small", "3"));
-    let w = c
-        .resolve(pb::ResolveRequest {
-            target: Some(pb::resolve_request::Target::Inline(pb::InlineWorkload {
-                object_json: small.to_string(),
-                pods_json: Vec::new(),
-            })),
-            view: pb::View::Full as i32,
-            ..Default::default()
-        })
-        .await
-        .expect("answered")
-        .into_inner()
-        .workload
-        .expect("a workload");
+    let w = inline(&mut c, &lws("small", "3")).await;
     assert_eq!(w.pods.unwrap_or_default().desired, 6);
     served.assert_up_within(1 << 30);
 }
 
-/// YAML text as JSON (the inline API takes JSON).
-fn serde_saphyr_value(yaml: &str) -> serde_json::Value {
-    serde_saphyr::from_str(yaml).expect("valid YAML")
+/// Resolves the YAML object `yaml` inline (sent as JSON, the full view).
+async fn inline(
+    c: &mut WorkloadResolverClient<tonic::transport::Channel>,
+    yaml: &str,
+) -> pb::Workload {
+    let value: serde_json::Value = serde_saphyr::from_str(yaml).expect("valid YAML");
+    c.resolve(pb::ResolveRequest {
+        target: Some(pb::resolve_request::Target::Inline(pb::InlineWorkload {
+            object_json: value.to_string(),
+            pods_json: Vec::new(),
+        })),
+        view: pb::View::Full as i32,
+        ..Default::default()
+    })
+    .await
+    .expect("answered")
+    .into_inner()
+    .workload
+    .expect("a workload")
 }
