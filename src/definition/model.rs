@@ -616,7 +616,9 @@ pub struct TopologyConstraint {
 /// Accepts a string or any scalar (YAML `true`, `0`) as text.
 /// `null` reads as the field's default, as Go's decoder leaves a field untouched on `null`:
 /// upstream accepts such definitions, so they load here too.
-fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
+/// Deserializes `null` (or a missing field, with `#[serde(default)]`) as the type's default:
+/// what Go's JSON encoding writes for an empty slice, map or pointer.
+pub(crate) fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: Default + Deserialize<'de>,

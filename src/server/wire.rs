@@ -58,6 +58,7 @@ impl WatchFrame {
     pub fn encode_head(&self, buf: &mut impl BufMut) {
         if self.kind != 0 {
             put_key(buf, 1, VARINT);
+            // Enums are int32, sign-extended like prost does.
             put_varint(buf, i64::from(self.kind) as u64);
         }
         if self.revision != 0 {
@@ -89,17 +90,9 @@ impl WatchFrame {
 
 impl Frame for WatchFrame {
     fn encode_to(&self, buf: &mut impl BufMut) {
-        if self.kind != 0 {
-            put_key(buf, 1, VARINT);
-            // Enums are int32, sign-extended like prost does.
-            put_varint(buf, i64::from(self.kind) as u64);
-        }
-        if self.revision != 0 {
-            put_key(buf, 2, VARINT);
-            put_varint(buf, self.revision);
-        }
+        self.encode_head(buf);
         if let Some(w) = &self.workload {
-            put_message(buf, 3, w);
+            buf.put_slice(w);
         }
     }
 }

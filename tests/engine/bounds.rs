@@ -3,6 +3,7 @@
 //! negative or out of range are not counted and are reported; sums saturate, never wrap.
 
 use crate::common::*;
+use crate::workloads;
 use kartograf::expr::Limits;
 use kartograf::proto::v1 as pb;
 use kartograf::resolve::{MAX_SLOTS, Resolution};
@@ -23,19 +24,9 @@ fn resolve_text(text: &str) -> Resolution {
         .expect("resolves")
 }
 
-/// The demo LeaderWorkerSet (replicas 2, size 2, 8 GPUs a pod), with `replicas` instead.
+/// The demo LeaderWorkerSet with `replicas` instead of 2.
 fn lws(replicas: &str) -> String {
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("examples/cluster/leaderworkerset.yaml"),
-    )
-    .expect("demo LWS");
-    let root = text.split("\n---\n").nth(1).expect("the LWS document");
-    root.replacen(
-        "\n  replicas: 2\n",
-        &format!("\n  replicas: {replicas}\n"),
-        1,
-    )
+    workloads::lws("vllm-70b", replicas)
 }
 
 fn count_instances(c: &pb::Component) -> usize {

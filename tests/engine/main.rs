@@ -3,6 +3,8 @@
 
 #[path = "../common/process.rs"]
 mod process;
+#[path = "../common/workloads.rs"]
+mod workloads;
 
 mod bounds;
 mod budget;

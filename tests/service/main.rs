@@ -4,6 +4,8 @@
 mod aggregator;
 #[path = "../common/process.rs"]
 mod process;
+#[path = "../common/workloads.rs"]
+mod workloads;
 
 mod budget;
 mod drift;

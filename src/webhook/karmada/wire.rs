@@ -2,6 +2,7 @@
 //! the JSON names and omissions of Karmada's Go types (`interpretercontext_types.go`,
 //! `binding_types.go`). Unknown fields are ignored, as Go's decoder ignores them.
 
+use crate::definition::model::null_default;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
@@ -103,15 +104,6 @@ pub struct AggregatedStatusItem {
     /// `Healthy`, `Unhealthy` or `Unknown`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub health: String,
-}
-
-/// `null` reads as the default, as Go's decoder leaves a field at its zero value on `null`.
-fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// The answer envelope.

@@ -3,29 +3,10 @@
 //! with partial graphs and diagnostics, and Totals rows that saturate instead of wrapping.
 
 use super::{Served, scratch};
+use crate::workloads::lws;
 use kartograf::proto::v1 as pb;
 use kartograf::proto::v1::workload_resolver_client::WorkloadResolverClient;
 use std::time::Duration;
-
-/// The demo LeaderWorkerSet with `replicas` and a name of its own.
-fn lws(name: &str, replicas: &str) -> String {
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("examples/cluster/leaderworkerset.yaml"),
-    )
-    .expect("demo LWS");
-    let root = text.split("\n---\n").nth(1).expect("the LWS document");
-    root.replacen(
-        "\n  replicas: 2\n",
-        &format!("\n  replicas: {replicas}\n"),
-        1,
-    )
-    .replace("name: vllm-70b\n", &format!("name: {name}\n"))
-    .replace(
-        "uid: 7a000042-0000-4000-8000-000000000001",
-        &format!("uid: {name}-uid"),
-    )
-}
 
 async fn client(served: &Served) -> WorkloadResolverClient<tonic::transport::Channel> {
     // A graph cut at the slot limit is several MiB in the full view.

@@ -1,0 +1,24 @@
+//! Workload objects derived from the demo cluster, shared by the engine and service tests.
+
+#![allow(dead_code)]
+
+/// The demo LeaderWorkerSet (replicas 2, size 2, 8 GPUs a pod) as YAML, named `name` (uid
+/// `{name}-uid`) with `replicas` replicas.
+pub fn lws(name: &str, replicas: &str) -> String {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/cluster/leaderworkerset.yaml"),
+    )
+    .expect("demo LWS");
+    let root = text.split("\n---\n").nth(1).expect("the LWS document");
+    root.replacen(
+        "\n  replicas: 2\n",
+        &format!("\n  replicas: {replicas}\n"),
+        1,
+    )
+    .replace("name: vllm-70b\n", &format!("name: {name}\n"))
+    .replace(
+        "uid: 7a000042-0000-4000-8000-000000000001",
+        &format!("uid: {name}-uid"),
+    )
+}
