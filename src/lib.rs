@@ -34,7 +34,7 @@
 //! and `resolve` know nothing of kube, tonic or tokio; `index` knows no tonic; `server` knows no
 //! kube. The engine's product is the wire type ([`proto::v1::Workload`]) on purpose: a graph
 //! is encoded once when published and its bytes are shared by every Resolve answer and Watch
-//! subscriber (see `index::published`), so no layer converts between a domain graph and the
+//! subscriber (see `board::published`), so no layer converts between a domain graph and the
 //! wire.
 
 #![forbid(unsafe_code)]
@@ -42,11 +42,13 @@
 pub mod admin;
 pub mod aggregate;
 pub mod backoff;
+pub mod board;
 pub mod cli;
 pub mod definition;
 pub mod drift;
 pub mod excerpt;
 pub mod expr;
+pub mod folder;
 pub mod index;
 pub mod manifest;
 pub mod metrics;

@@ -4,7 +4,7 @@
 //! encoding, before anything is decoded; [`held`] is what the aggregator keeps of a graph
 //! (its encoding and its decoded summary).
 
-use crate::index::Published;
+use crate::board::Published;
 use crate::proto::v1 as pb;
 use std::mem::size_of;
 

@@ -3,8 +3,8 @@
 
 use super::wire::{self, WorkloadRef};
 use super::{Aggregator, Upstream};
+use crate::board::{Published, WorkloadEntry};
 use crate::excerpt::echo;
-use crate::index::{Published, WorkloadEntry};
 use crate::metrics::Observed;
 use crate::proto::v1 as pb;
 use crate::server::{ResolveFrame, Store, validate};

@@ -32,8 +32,8 @@ pub use crate::backoff::Backoff;
 pub use config::UpstreamConfig;
 pub use upstream::Upstream;
 
+use crate::board::{Board, Key, Labels, Publication, Published, WorkloadEntry};
 use crate::definition::Catalog;
-use crate::index::{Board, Key, Labels, Publication, Published, WorkloadEntry};
 use crate::proto::v1 as pb;
 use parking_lot::{Mutex, RwLock};
 use session::Incoming;
@@ -101,7 +101,7 @@ impl Default for Settings {
         Settings {
             grace: Duration::from_secs(60),
             serve_partial: false,
-            history: crate::index::DEFAULT_HISTORY,
+            history: crate::board::DEFAULT_HISTORY,
             // 250 ms doubling to 10 s, 20 % jitter: upstreams come back quickly.
             backoff: Backoff {
                 initial: Duration::from_millis(250),

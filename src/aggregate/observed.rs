@@ -2,8 +2,8 @@
 //! join read from the relayed full graphs at scrape time.
 
 use super::{Aggregator, Upstream, rfc3339};
+use crate::board::{AttributedPod, Board, Sizes, SourceProblem, UnownedGpuPod};
 use crate::definition::Catalog;
-use crate::index::{AttributedPod, Board, Sizes, SourceProblem, UnownedGpuPod};
 use crate::metrics::{Observed, UpstreamHealth};
 use crate::proto::v1 as pb;
 use std::collections::BTreeMap;

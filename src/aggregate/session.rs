@@ -5,7 +5,7 @@
 
 use super::wire::{RawWatchEvent, WorkloadRef};
 use super::{Aggregator, Limits, Upstream, cost};
-use crate::index::Published;
+use crate::board::Published;
 use crate::proto::v1 as pb;
 use prost::Message;
 use std::collections::HashMap;

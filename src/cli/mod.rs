@@ -115,7 +115,7 @@ pub struct FileArgs {
 impl FileArgs {
     /// Makes this the cap of every file read in this process.
     pub fn apply(&self) {
-        crate::source::files::set_max_file_bytes(self.max_file_size);
+        crate::folder::set_max_file_bytes(self.max_file_size);
     }
 }
 

@@ -97,7 +97,7 @@ pub struct Args {
     #[arg(long, env = "KARTOGRAF_ADMIN_LISTEN", default_value = "0.0.0.0:9090")]
     pub admin_listen: SocketAddr,
     /// Changes kept for Watch resume (`since_revision`).
-    #[arg(long, env = "KARTOGRAF_HISTORY", default_value_t = crate::index::DEFAULT_HISTORY)]
+    #[arg(long, env = "KARTOGRAF_HISTORY", default_value_t = crate::board::DEFAULT_HISTORY)]
     pub history: usize,
     /// Evaluation deadline of one resolve.
     #[arg(long, env = "KARTOGRAF_RESOLVE_TIMEOUT", default_value = "2s", value_parser = super::resolve::parse_duration)]

@@ -2,8 +2,8 @@
 
 use super::DefinitionError;
 use super::model::Karta;
+use crate::folder;
 use crate::manifest;
-use crate::source::files;
 use std::path::{Path, PathBuf};
 
 /// One definition document read from a source, not yet validated.
@@ -68,22 +68,22 @@ pub fn parse_document(
 }
 
 /// Parses one file (read with the bounded reader: a regular text file of at most
-/// [`files::max_file_bytes`]).
+/// [`folder::max_file_bytes`]).
 pub fn parse_file(path: &Path) -> (Vec<Parsed>, Vec<DefinitionError>) {
     let source = path.display().to_string();
-    match files::read_text(path) {
+    match folder::read_text(path) {
         Ok(text) => parse_text(&text, &source),
         Err(e) => (Vec::new(), vec![DefinitionError::unreadable(&source, e)]),
     }
 }
 
 /// Every `*.yaml`, `*.yml` and `*.json` file below `dir` (or `dir` itself if it is a file),
-/// sorted, walked as every directory is ([`files::walk`]: links followed once, special
+/// sorted, walked as every directory is ([`folder::walk`]: links followed once, special
 /// files skipped, bounded depth and count); what the walk met is returned as errors, and a
 /// path that does not exist is one.
 pub fn definition_files(dir: &Path) -> (Vec<PathBuf>, Vec<DefinitionError>) {
     let source = dir.display().to_string();
-    let walk = files::walk(dir, files::is_manifest);
+    let walk = folder::walk(dir, folder::is_manifest);
     if !walk.exists {
         return (
             Vec::new(),

@@ -2,7 +2,7 @@
 //! whether it is served, stored, deprecated, and its OpenAPI v3 schema.
 
 use crate::definition::catalog::version_priority;
-use crate::source::files;
+use crate::folder;
 use serde_json::Value as Json;
 use std::path::Path;
 
@@ -168,7 +168,7 @@ pub fn strip(schema: &mut Json) {
 pub fn load_path(path: &Path) -> (Vec<Crd>, Vec<String>) {
     let mut crds = Vec::new();
     let mut errors = Vec::new();
-    let walk = files::walk(path, files::is_manifest);
+    let walk = folder::walk(path, folder::is_manifest);
     if !walk.exists {
         errors.push(format!(
             "{}: cannot read: no such file or directory",
@@ -183,7 +183,7 @@ pub fn load_path(path: &Path) -> (Vec<Crd>, Vec<String>) {
     }
     for (file, _) in walk.files {
         let source = file.display().to_string();
-        let docs = files::read_text(&file)
+        let docs = folder::read_text(&file)
             .map_err(|e| format!("cannot read: {e}"))
             .and_then(|text| crate::manifest::parse_documents(&text));
         match docs {

@@ -9,27 +9,23 @@
 //! a pod change re-resolves without re-evaluating the root.
 
 mod batch;
-mod board;
 mod feed;
 mod names;
 mod objects;
 mod offline;
-mod placements;
-mod published;
 mod query;
-pub mod selector;
 mod unowned;
 
 #[cfg(test)]
 mod tests;
 
 pub use batch::Batch;
-pub use board::{Board, Change, Key, Labels, Publication, WorkloadEntry};
 pub use feed::{Feed, Update};
 pub use offline::OnDemand;
-pub use published::Published;
-pub use query::{AttributedPod, Filter, PodMiss, Sizes, TotalsKey};
-pub use unowned::UnownedGpuPod;
+
+use crate::board::{
+    Board, DEFAULT_HISTORY, Key, Labels, Placements, Publication, Published, SourceProblem,
+};
 
 use crate::definition::Catalog;
 use crate::expr::Limits;
@@ -41,15 +37,11 @@ use arc_swap::ArcSwap;
 use names::Name;
 use objects::{Entry, Graph, Objects, mark_affected, unlink};
 use parking_lot::{Mutex, MutexGuard};
-use placements::Placements;
 use serde_json::Value as Json;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-/// How many changes the history keeps for `Watch` resume.
-pub const DEFAULT_HISTORY: usize = 10_000;
 
 /// An object's identity (its uid), allocated once and shared by every map that refers to it
 /// (and the workload's key on the board).
@@ -193,16 +185,6 @@ pub struct Index {
     sources: Vec<String>,
     /// Definition paths that began to find nothing, counted per graph change.
     empty_paths: crate::drift::EmptyPaths,
-}
-
-/// A problem a source reports: a file that did not parse (its last good documents stay
-/// active), a missing directory, objects defined twice.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceProblem {
-    /// The file or directory.
-    pub path: String,
-    /// What is wrong.
-    pub message: String,
 }
 
 impl Index {
@@ -844,9 +826,7 @@ impl Index {
         }
         let updates = resolved
             .into_iter()
-            .map(|r| {
-                board::Publication::new(r.uid, Arc::new(r.graph), r.labels).placed(r.placements)
-            })
+            .map(|r| Publication::new(r.uid, Arc::new(r.graph), r.labels).placed(r.placements))
             .collect();
         self.board.publish(updates, gone)
     }

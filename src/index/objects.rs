@@ -3,8 +3,8 @@
 //! sections; read by lookups by name and by pod.
 
 use super::Uid;
-use super::board::Board;
 use super::names::{Name, NameIndex};
+use crate::board::Board;
 use crate::definition::Catalog;
 use crate::model::ownership::{self, OwnerGraph, Root};
 use crate::model::{Cached, ObjectMeta};

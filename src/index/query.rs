@@ -1,117 +1,12 @@
 //! Reading the index: lookups, filtered lists, totals and the change history.
 
+use super::Index;
 use super::names::Name;
 use super::objects::Graph;
-use super::{Change, Index, Published};
+use crate::board::{AttributedPod, Change, Filter, PodMiss, Published, Sizes, TotalsKey};
 use crate::model::ownership::{Root, root_of};
 use crate::proto::v1 as pb;
 use std::sync::Arc;
-
-/// Which workloads a List or Watch wants.
-#[derive(Debug, Clone, Default)]
-pub struct Filter {
-    /// Only this namespace (empty: all).
-    pub namespace: String,
-    /// Only these kinds (case-insensitive `Kind`, or `group/Kind`); empty: all.
-    pub kinds: Vec<String>,
-    /// Kubernetes label selector on the root object ([`super::selector`]).
-    pub label_selector: String,
-    /// Only workloads of this cluster (`Workload.cluster`); empty: all.
-    pub cluster: String,
-}
-
-/// A parsed label selector, or one that matches nothing (the filter's selector did not parse).
-pub(super) struct Selector(Option<super::selector::Selector>);
-
-impl Selector {
-    pub(super) fn matches(&self, labels: &[(String, String)]) -> bool {
-        self.0.as_ref().is_some_and(|s| s.matches(labels))
-    }
-}
-
-impl Filter {
-    /// Checks the selector syntax (see [`super::selector::parse`]).
-    pub fn validate(&self) -> Result<(), String> {
-        super::selector::parse(&self.label_selector).map(|_| ())
-    }
-
-    /// The parsed label selector; one that does not parse matches nothing.
-    pub(super) fn selector(&self) -> Selector {
-        Selector(super::selector::parse(&self.label_selector).ok())
-    }
-
-    /// Cluster, namespace and kind only.
-    pub(super) fn matches_scope(&self, w: &pb::Workload) -> bool {
-        if !self.cluster.is_empty() && w.cluster != self.cluster {
-            return false;
-        }
-        let r = w.r#ref.as_ref();
-        let ns = r.map_or("", |r| r.namespace.as_str());
-        if !self.namespace.is_empty() && ns != self.namespace {
-            return false;
-        }
-        if !self.kinds.is_empty() {
-            let kind = r.map_or("", |r| r.kind.as_str());
-            let group = r.map_or("", |r| {
-                r.api_version.rsplit_once('/').map_or("", |(g, _)| g)
-            });
-            let ok = self.kinds.iter().any(|k| match k.split_once('/') {
-                Some((g, kd)) => g == group && kd.eq_ignore_ascii_case(kind),
-                None => k.eq_ignore_ascii_case(kind) || k.eq_ignore_ascii_case(&format!("{kind}s")),
-            });
-            if !ok {
-                return false;
-            }
-        }
-        true
-    }
-}
-
-/// Why a pod has no workload to answer with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodMiss {
-    /// No such pod is cached.
-    NotCached,
-    /// The pod is cached but belongs to no workload.
-    InNoWorkload,
-}
-
-/// How much the index holds (for metrics).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Sizes {
-    /// Cached objects other than pods (roots and intermediate owners).
-    pub objects: usize,
-    /// Cached pods.
-    pub pods: usize,
-    /// Resolved root workloads.
-    pub workloads: usize,
-}
-
-/// A pod placed in a component of its workload (for the pod-to-workload metrics join).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttributedPod {
-    /// Pod namespace.
-    pub namespace: String,
-    /// Pod name.
-    pub name: String,
-    /// Pod uid (empty when the pod has none).
-    pub uid: String,
-    /// The component the pod was placed in.
-    pub component: String,
-}
-
-/// Grouping of `Totals`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TotalsKey {
-    /// By namespace.
-    Namespace,
-    /// By `group/Kind`.
-    Kind,
-    /// By `namespace/Kind/name` (and cluster).
-    Workload,
-    /// By cluster.
-    Cluster,
-}
 
 impl Index {
     /// How many objects, pods and workloads are cached.

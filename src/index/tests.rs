@@ -2,7 +2,8 @@
 //! kinds are made up (`example.com/v1` `Group` owning `Member` objects, each with pods), with
 //! definitions compiled from text.
 
-use super::{Filter, Index};
+use super::Index;
+use crate::board::{Change, Filter};
 use crate::definition::{Catalog, catalog, load};
 use crate::proto::v1 as pb;
 use serde_json::{Value, json};
@@ -99,7 +100,7 @@ fn current_pods(index: &Index, uid: &str) -> Option<u32> {
         .map(|p| p.current)
 }
 
-fn kinds(changes: &[super::Change]) -> Vec<(String, pb::EventType)> {
+fn kinds(changes: &[Change]) -> Vec<(String, pb::EventType)> {
     changes
         .iter()
         .map(|c| {

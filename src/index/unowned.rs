@@ -6,25 +6,9 @@
 
 use super::Index;
 use super::objects::Graph;
+use crate::board::UnownedGpuPod;
 use crate::model::Cached;
 use crate::model::ownership;
-
-/// A cached pod that holds GPUs and that no workload's resolution includes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct UnownedGpuPod {
-    /// Pod namespace.
-    pub namespace: String,
-    /// Pod name.
-    pub name: String,
-    /// Pod uid.
-    pub uid: String,
-    /// Kind of its topmost controller (empty when it has none).
-    pub owner_kind: String,
-    /// Name of its topmost controller (empty when it has none).
-    pub owner_name: String,
-    /// GPUs (GPU equivalents) the pod holds: it is bound to a node and not terminated.
-    pub gpus: f64,
-}
 
 impl Index {
     /// Every cached pod that holds GPUs but belongs to no workload, in (namespace, name) order.

@@ -3,8 +3,9 @@
 //! per-workload GPUs, pods and phase, the pod-to-workload join, the GPU-holding pods outside
 //! every workload and, for an aggregator, the state of each upstream.
 
+use crate::board::{AttributedPod, Board, Sizes, SourceProblem, UnownedGpuPod};
 use crate::definition::{Catalog, LoadReport};
-use crate::index::{AttributedPod, Board, Index, Sizes, SourceProblem, UnownedGpuPod};
+use crate::index::Index;
 use crate::proto::v1 as pb;
 use crate::resolve::diagnostics::code::UNATTRIBUTED_POD;
 use prometheus_client::collector::Collector;
@@ -347,7 +348,7 @@ impl Collector for Inventory {
                 MetricType::Counter,
             )?;
             metric.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
-                &crate::source::files::reads(),
+                &crate::folder::reads(),
                 None,
             )?;
         }

@@ -687,10 +687,7 @@ mod tests {
     #[test]
     fn an_object_converted_from_its_text_is_the_object_parsed_whole() {
         let mut docs = Vec::new();
-        let walk = crate::source::files::walk(
-            Path::new("examples/cluster"),
-            crate::source::files::is_manifest,
-        );
+        let walk = crate::folder::walk(Path::new("examples/cluster"), crate::folder::is_manifest);
         for (file, _) in walk.files {
             let text = std::fs::read_to_string(&file).unwrap();
             docs.extend(crate::manifest::parse_documents(&text).unwrap());

@@ -104,7 +104,7 @@ pub struct Tokens {
 /// The token file's text: a regular file of at most [`MAX_TOKEN_FILE_BYTES`], read whole
 /// and unchanged while read (a file that is not text is refused, unquoted).
 fn read(path: &Path) -> Result<String, String> {
-    crate::source::read::text_file(path, MAX_TOKEN_FILE_BYTES)
+    crate::folder::read::text_file(path, MAX_TOKEN_FILE_BYTES)
 }
 
 fn digest(token: &[u8]) -> Digest {

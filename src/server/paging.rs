@@ -14,8 +14,8 @@
 //!
 //! `view` and `page_size` may change from page to page.
 
+use crate::board::Filter;
 use crate::excerpt::echo;
-use crate::index::Filter;
 use crate::proto::v1 as pb;
 use tonic::Status;
 

@@ -1,14 +1,15 @@
 //! The narrow interface between the gRPC services and what they serve: the live [`Index`]
 //! of one cluster, or an aggregator's union of other servers (`crate::aggregate`). Both
-//! publish graphs on a [`crate::index::Board`] (List, Watch and Totals read it alike); they
+//! publish graphs on a [`crate::board::Board`] (List, Watch and Totals read it alike); they
 //! differ in how a workload or pod is found by reference and where inline requests are
 //! resolved. A fake store for server tests needs a board, these methods and `Observed`'s.
 
 use super::validate;
 use super::wire::ResolveFrame;
+use crate::board::PodMiss;
+use crate::board::Published;
 use crate::excerpt::echo;
-use crate::index::PodMiss;
-use crate::index::{Index, Published};
+use crate::index::Index;
 use crate::metrics::Observed;
 use crate::proto::v1 as pb;
 use std::sync::Arc;

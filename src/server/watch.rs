@@ -12,7 +12,7 @@
 
 use super::Shared;
 use super::wire::WatchFrame;
-use crate::index::{Filter, Published};
+use crate::board::{Filter, Published};
 use crate::metrics::WatchSubscription;
 use crate::proto::v1 as pb;
 use futures::Stream;

@@ -1,5 +1,5 @@
 //! Responses built from pre-encoded graphs. `Resolve` answers and `Watch` events carry a
-//! graph version's shared encoding ([`crate::index::Published::encoded`]) instead of a cloned
+//! graph version's shared encoding ([`crate::board::Published::encoded`]) instead of a cloned
 //! and re-encoded graph per call or per subscriber. A frame encodes byte for byte as the
 //! generated message would (an embedded message is a length-delimited field either way).
 

@@ -123,7 +123,7 @@ impl Reloader {
     /// file's last good definitions) and the errors in effect.
     pub fn reload(&mut self) -> Option<(Vec<Arc<Definition>>, Vec<DefinitionError>)> {
         let first = !std::mem::replace(&mut self.loaded, true);
-        let walk = files::walk(&self.dir, files::is_manifest);
+        let walk = crate::folder::walk(&self.dir, crate::folder::is_manifest);
         let source = self.dir.display().to_string();
         if !walk.exists {
             if !self.missing {

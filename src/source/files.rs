@@ -1,15 +1,13 @@
 //! Watched directories that cost nothing at rest: which files changed is decided from their
-//! metadata (size, modification and change times, inode), and only files whose metadata
-//! changed are read; a file is parsed again only when its content hash changed too.
+//! metadata (size, modification and change times, inode; [`crate::folder::walk`]), and only
+//! files whose metadata changed are read; a file is parsed again only when its content hash
+//! changed too.
 //!
-//! The walk follows symbolic links (ConfigMap mounts are made of them) but visits every
-//! directory and every file once, by device and inode, so a link loop (`self -> .`) costs one
-//! extra `stat`. The watcher ignores the file accesses the walk itself causes, and also
+//! The watcher ignores the file accesses the walk itself causes, and also
 //! watches the directory's parent, so a directory that is removed and created again is
 //! watched again at once.
 
-use super::read;
-use crate::parallel;
+use crate::folder::{Stamp, Walk, count_read, max_file_bytes, read};
 use notify::event::{AccessKind, AccessMode, EventKind};
 use notify::{RecursiveMode, Watcher};
 use std::collections::{HashMap, HashSet};
@@ -23,169 +21,6 @@ use tokio::sync::mpsc;
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
 /// Periodic scan, in case an event was missed.
 pub const RESCAN: Duration = Duration::from_secs(30);
-/// Deepest directory nesting walked.
-pub const MAX_DEPTH: usize = 16;
-/// Most files one directory tree may hold.
-pub const MAX_FILES: usize = 1_000_000;
-/// Default of the largest file read (larger ones are reported and skipped); see
-/// [`set_max_file_bytes`].
-pub const MAX_FILE_BYTES: u64 = 256 << 20;
-
-static MAX_BYTES: AtomicU64 = AtomicU64::new(MAX_FILE_BYTES);
-
-/// Sets the largest file every walker of this process reads (`--max-file-size`).
-pub fn set_max_file_bytes(max: u64) {
-    MAX_BYTES.store(max, Ordering::Relaxed);
-}
-
-/// The largest file read (see [`set_max_file_bytes`]).
-pub fn max_file_bytes() -> u64 {
-    MAX_BYTES.load(Ordering::Relaxed)
-}
-
-static READS: AtomicU64 = AtomicU64::new(0);
-
-/// Files read by every tracked directory of this process (for metrics and tests).
-pub fn reads() -> u64 {
-    READS.load(Ordering::Relaxed)
-}
-
-/// What decides whether a file may have changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
-    len: u64,
-    modified: (i64, i64),
-    changed: (i64, i64),
-    ino: u64,
-    dev: u64,
-}
-
-impl Stamp {
-    fn of(m: &std::fs::Metadata) -> Stamp {
-        Stamp {
-            len: m.len(),
-            modified: (m.mtime(), m.mtime_nsec()),
-            changed: (m.ctime(), m.ctime_nsec()),
-            ino: m.ino(),
-            dev: m.dev(),
-        }
-    }
-}
-
-/// One walk of a directory tree.
-#[derive(Debug, Default)]
-pub struct Walk {
-    /// Accepted files (sorted by path), each once.
-    pub files: Vec<(PathBuf, Stamp)>,
-    /// Problems met on the way (unreadable directories, loops, limits).
-    pub problems: Vec<String>,
-    /// False when the root does not exist (it was removed or renamed away).
-    pub exists: bool,
-}
-
-/// Every file below `root` (or `root` itself if it is a file) for which `accept` is true;
-/// entries whose name starts with `.` are skipped (ConfigMap `..data` is reached through its
-/// links).
-pub fn walk(root: &Path, accept: impl Fn(&Path) -> bool) -> Walk {
-    let mut out = Walk::default();
-    let meta = match std::fs::metadata(root) {
-        Ok(m) => m,
-        Err(_) => return out,
-    };
-    out.exists = true;
-    if meta.is_file() {
-        out.files.push((root.to_path_buf(), Stamp::of(&meta)));
-        return out;
-    }
-    if !meta.is_dir() {
-        out.problems.push(format!(
-            "{}: {} (not a regular file or directory); not read",
-            root.display(),
-            read::special_kind(&meta)
-        ));
-        return out;
-    }
-    let mut dirs_seen: HashSet<(u64, u64)> = HashSet::new();
-    let mut files_seen: HashSet<(u64, u64)> = HashSet::new();
-    dirs_seen.insert((meta.dev(), meta.ino()));
-    let mut stack: Vec<(PathBuf, usize)> = vec![(root.to_path_buf(), 0)];
-    while let Some((dir, depth)) = stack.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) => {
-                out.problems.push(format!("{}: {e}", dir.display()));
-                continue;
-            }
-        };
-        let mut names: Vec<PathBuf> = entries
-            .flatten()
-            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-            .map(|e| e.path())
-            .collect();
-        names.sort();
-        for path in names {
-            // Follows links: a link to a directory is walked (once), a link to a file read.
-            let Ok(meta) = std::fs::metadata(&path) else {
-                continue;
-            };
-            let id = (meta.dev(), meta.ino());
-            if meta.is_dir() {
-                if depth + 1 > MAX_DEPTH {
-                    out.problems.push(format!(
-                        "{}: deeper than {MAX_DEPTH} levels; not read",
-                        path.display()
-                    ));
-                } else if dirs_seen.insert(id) {
-                    stack.push((path, depth + 1));
-                }
-                // A directory seen before is a link loop or a second link: skipped.
-            } else if !accept(&path) {
-                // Not ours (by name): not looked at further.
-            } else if !meta.is_file() {
-                // A FIFO would block the reader, a device never end: not read, reported.
-                out.problems.push(format!(
-                    "{}: {} (not a regular file); not read",
-                    path.display(),
-                    read::special_kind(&meta)
-                ));
-            } else if files_seen.insert(id) {
-                if out.files.len() == MAX_FILES {
-                    out.problems.push(format!(
-                        "more than {MAX_FILES} files; the rest are not read"
-                    ));
-                    out.files.sort_by(|a, b| a.0.cmp(&b.0));
-                    return out;
-                }
-                out.files.push((path, Stamp::of(&meta)));
-            }
-        }
-    }
-    out.files.sort_by(|a, b| a.0.cmp(&b.0));
-    out
-}
-
-/// The text of the file at `path` for a caller that reads a tree once (CLI, aggregator):
-/// read as the watchers read it (a regular file of at most [`max_file_bytes`], text only).
-pub fn read_text(path: &Path) -> Result<String, String> {
-    READS.fetch_add(1, Ordering::Relaxed);
-    read::text_file(path, max_file_bytes())
-}
-
-/// Maps `f` over `items` on every core, results in the items' order ([`parallel`]'s work
-/// sharing): reading, parsing and converting many files is the bulk of a cold start.
-pub fn read_in_parallel<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync) -> Vec<U> {
-    // Parsing recurses per nesting level (bounded by the parsers' depth limits).
-    parallel::map_in_order(items, parallel::cores(), "read-files", 8 << 20, f)
-}
-
-/// `*.yaml`, `*.yml` and `*.json`.
-pub fn is_manifest(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml" | "json")
-    )
-}
-
 /// What a tracked file last gave: its stamp, content hash and the caller's payload.
 struct Known<T> {
     stamp: Stamp,
@@ -284,10 +119,10 @@ impl<T> Tracker<T> {
     /// [`max_file_bytes`], whatever its metadata says, and only text.
     pub fn read(&self, c: &Candidate) -> Read {
         let max = max_file_bytes();
-        if c.stamp.len > max {
+        if c.stamp.size() > max {
             return Read::Unreadable(format!("larger than {max} bytes; not read"));
         }
-        READS.fetch_add(1, Ordering::Relaxed);
+        count_read();
         self.reads.fetch_add(1, Ordering::Relaxed);
         let bytes = match read::bytes(&c.path, max) {
             Ok(b) => b,
@@ -485,6 +320,7 @@ impl DirWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::folder::{is_manifest, walk};
 
     fn temp(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("kartograf-files-{}-{tag}", std::process::id()));

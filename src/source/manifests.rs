@@ -8,9 +8,11 @@
 //! everything until it is back. An object defined in two files is taken from the first file
 //! by path, and both the log and a `source_note` diagnostic on its workload say so.
 
-use super::files::{self, DirWatch, Tracker, Walk};
+use super::files::{self, DirWatch, Tracker};
+use crate::board::SourceProblem;
 use crate::expr::Limits;
-use crate::index::{Index, SourceProblem, Update};
+use crate::folder::Walk;
+use crate::index::{Index, Update};
 use crate::manifest;
 use crate::model::Cached;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -131,7 +133,7 @@ impl ManifestSet {
     }
 
     fn scan_each(&mut self, mut emit: Option<&mut dyn FnMut(Update)>) -> Update {
-        let walk: Walk = files::walk(&self.root, files::is_manifest);
+        let walk: Walk = crate::folder::walk(&self.root, crate::folder::is_manifest);
         self.problems
             .retain(|p, _| p != &self.root && !p.starts_with("walk:"));
         if !walk.exists {
@@ -161,7 +163,7 @@ impl ManifestSet {
         let limits = self.limits;
         for batch in scan.candidates.chunks(BATCH_FILES) {
             let tracker = &self.tracker;
-            let read = files::read_in_parallel(batch, |c| match tracker.read(c) {
+            let read = crate::folder::read_in_parallel(batch, |c| match tracker.read(c) {
                 files::Read::Unchanged => Outcome::Unchanged,
                 files::Read::Unreadable(why) => Outcome::Unreadable(why),
                 files::Read::Changed(text, hash) => match convert(&text, limits) {

@@ -10,4 +10,3 @@ pub mod files;
 pub mod kube;
 pub mod manifests;
 pub mod offline;
-pub mod read;

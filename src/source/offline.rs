@@ -8,7 +8,7 @@ use crate::expr::Limits;
 use crate::index::{Index, OnDemand};
 use crate::model::{Cached, ObjectMeta, Pod};
 use crate::resolve::Resolution;
-use crate::source::{files, manifests};
+use crate::source::manifests;
 use parking_lot::Mutex;
 use serde_json::Value as Json;
 use std::collections::HashMap;
@@ -61,7 +61,7 @@ impl Snapshot {
     pub fn load(paths: &[PathBuf], limits: Limits) -> Result<Snapshot, String> {
         let mut snapshot = Snapshot::default();
         for path in paths {
-            let walk = files::walk(path, files::is_manifest);
+            let walk = crate::folder::walk(path, crate::folder::is_manifest);
             if !walk.exists {
                 return Err(format!("{}: no such file or directory", path.display()));
             }
@@ -72,9 +72,9 @@ impl Snapshot {
                 return Err(format!("{}: no .yaml, .yml or .json files", path.display()));
             }
             // Read, parse and convert on every core; add in file order.
-            let read = files::read_in_parallel(&walk.files, |(file, _)| {
+            let read = crate::folder::read_in_parallel(&walk.files, |(file, _)| {
                 let source = file.display().to_string();
-                let converted = files::read_text(file)
+                let converted = crate::folder::read_text(file)
                     .map_err(|e| format!("{source}: {e}"))
                     .and_then(|text| {
                         manifests::convert(&text, limits).map_err(|e| format!("{source}: {e}"))

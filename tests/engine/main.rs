@@ -19,6 +19,7 @@ mod drift;
 mod fuzz;
 mod gangs;
 mod jq_compat;
+mod layers;
 mod malformed;
 mod memo;
 mod resolution;

@@ -2,9 +2,10 @@
 //! fixed and kept as a test: the incremental index agrees with a fresh one, source problems
 //! clear when their cause does, partial answers are not remembered, relative watch roots.
 
+use kartograf::board::PodMiss;
 use kartograf::definition::Catalog;
 use kartograf::definition::catalog::load_embedded;
-use kartograf::index::{Index, PodMiss};
+use kartograf::index::Index;
 use kartograf::proto::v1 as pb;
 use serde_json::Value as Json;
 use std::path::PathBuf;

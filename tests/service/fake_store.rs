@@ -2,10 +2,10 @@
 //! (health following `synced`, List reading the board, a store's status passed to the
 //! client unchanged), with no index, no sources and no resolution behind it.
 
-use kartograf::definition::Catalog;
-use kartograf::index::{
+use kartograf::board::{
     AttributedPod, Board, Publication, Published, Sizes, SourceProblem, UnownedGpuPod,
 };
+use kartograf::definition::Catalog;
 use kartograf::metrics::Observed;
 use kartograf::proto::v1 as pb;
 use kartograf::proto::v1::workload_resolver_client::WorkloadResolverClient;

@@ -438,9 +438,9 @@ async fn gpu_pods_outside_workloads_are_exported() {
     let index = Arc::new(Index::new(Catalog::embedded().expect("catalog"), &[]));
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut docs = Vec::new();
-    let files = kartograf::source::files::walk(
+    let files = kartograf::folder::walk(
         &root.join("examples/cluster"),
-        kartograf::source::files::is_manifest,
+        kartograf::folder::is_manifest,
     );
     let paths = files.files.into_iter().map(|(p, _)| p);
     for file in paths.chain([root.join("tests/python/strays.yaml")]) {

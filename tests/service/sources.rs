@@ -8,7 +8,7 @@ use kartograf::definition::{Catalog, LoadReport};
 use kartograf::expr::Limits;
 use kartograf::index::Index;
 use kartograf::proto::v1 as pb;
-use kartograf::source::files::{self, DirWatch};
+use kartograf::source::files::DirWatch;
 use kartograf::source::manifests::{self, ManifestSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -79,7 +79,7 @@ async fn the_scanners_own_reads_raise_no_event() {
     while ticks.try_recv().is_ok() {}
     // Read every file the way the scanner does (open, read, close) several times.
     for _ in 0..3 {
-        for (path, _) in files::walk(&dir, files::is_manifest).files {
+        for (path, _) in kartograf::folder::walk(&dir, kartograf::folder::is_manifest).files {
             let _ = std::fs::read(&path).unwrap();
         }
     }

@@ -100,16 +100,28 @@ pub async fn handle(shared: &Shared, body: Bytes, timeout: Duration) -> (StatusC
     } else {
         "unsuccessful"
     };
-    shared
-        .metrics
-        .karmada_request(&operation, &kind, result, started.elapsed());
+    shared.metrics.karmada_request(
+        operation_label(&operation),
+        &kind,
+        result,
+        started.elapsed(),
+    );
     (StatusCode::OK, encode(response))
+}
+
+/// The metric label of an operation: one Karmada defines, else `other` (bounded labels).
+fn operation_label(operation: &str) -> &'static str {
+    wire::OPERATIONS
+        .iter()
+        .find(|o| **o == operation)
+        .copied()
+        .unwrap_or("other")
 }
 
 fn bad_request(shared: &Shared, started: Instant, message: String) -> (StatusCode, Bytes) {
     shared
         .metrics
-        .karmada_request("", "", "bad_request", started.elapsed());
+        .karmada_request("other", "", "bad_request", started.elapsed());
     let response = Response {
         successful: false,
         status: Some(RequestStatus {

@@ -1,3 +1,7 @@
+//! The readers' side: what every reader (Resolve, List, Watch, Totals, metrics, health, the
+//! aggregator's clients) is served from. The live index and the aggregator publish to it;
+//! nothing here resolves or converts.
+//!
 //! The board: what readers are served from. Published graphs by key, a revision counter that
 //! starts at a random per-process epoch, and a bounded change history for `Watch` resume.
 //!
@@ -7,13 +11,24 @@
 //! workloads by uid; an aggregator keys the graphs it relays by upstream and uid, so the
 //! same uid from two clusters stays two workloads.
 
-use super::Published;
-use super::placements::Placements;
-use super::query::{Filter, TotalsKey};
+mod filter;
+mod observed;
+mod placements;
+mod published;
+pub mod selector;
+
+pub use filter::{Filter, TotalsKey};
+pub use observed::{AttributedPod, PodMiss, Sizes, SourceProblem, UnownedGpuPod};
+pub use placements::Placements;
+pub use published::Published;
+
 use crate::proto::v1 as pb;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
+
+/// How many changes the history keeps for `Watch` resume.
+pub const DEFAULT_HISTORY: usize = 10_000;
 
 /// A workload's key on the board (the index: the root's uid).
 pub type Key = Arc<str>;

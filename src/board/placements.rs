@@ -2,13 +2,13 @@
 //! same few component, instance, replica and gang names, so each name is kept once per
 //! workload and a pod costs its (shared) uid and four indexes into that name table.
 
-use super::Uid;
+use super::Key as Uid;
 use crate::proto::v1 as pb;
 use std::collections::HashMap;
 
 /// The placements of one workload's pods, by pod uid.
 #[derive(Default)]
-pub(super) struct Placements {
+pub struct Placements {
     /// Distinct names used by this workload's placements.
     names: Vec<Box<str>>,
     /// Pod uid -> indexes into `names` of (component, instance, replica, gang group).
@@ -17,7 +17,7 @@ pub(super) struct Placements {
 
 impl Placements {
     /// Packs a resolution's placements; `uid` returns the shared uid for a pod identity.
-    pub(super) fn pack(
+    pub(crate) fn pack(
         from: HashMap<String, pb::PodPlacement>,
         mut uid: impl FnMut(&str) -> Uid,
     ) -> Placements {
@@ -54,7 +54,7 @@ impl Placements {
     }
 
     /// The placement of pod `uid`, if the workload placed it.
-    pub(super) fn get(&self, uid: &str) -> Option<pb::PodPlacement> {
+    pub(crate) fn get(&self, uid: &str) -> Option<pb::PodPlacement> {
         self.at.get(uid).map(|&[c, i, r, g]| pb::PodPlacement {
             component: self.name(c).to_owned(),
             instance: self.name(i).to_owned(),
@@ -64,7 +64,7 @@ impl Placements {
     }
 
     /// Every placed pod's uid with the component it was placed in (`""`: none).
-    pub(super) fn components(&self) -> impl Iterator<Item = (&Uid, &str)> {
+    pub(crate) fn components(&self) -> impl Iterator<Item = (&Uid, &str)> {
         self.at.iter().map(|(uid, &[c, ..])| (uid, self.name(c)))
     }
 }

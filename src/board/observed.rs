@@ -1,0 +1,63 @@
+//! What a store reports about itself besides its graphs (sizes, pods per workload, GPU pods no
+//! workload owns, source problems): the types the metrics and the services read, the same for
+//! the live index and an aggregator.
+
+/// Why a pod has no workload to answer with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodMiss {
+    /// No such pod is cached.
+    NotCached,
+    /// The pod is cached but belongs to no workload.
+    InNoWorkload,
+}
+
+/// How much the index holds (for metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sizes {
+    /// Cached objects other than pods (roots and intermediate owners).
+    pub objects: usize,
+    /// Cached pods.
+    pub pods: usize,
+    /// Resolved root workloads.
+    pub workloads: usize,
+}
+
+/// A pod placed in a component of its workload (for the pod-to-workload metrics join).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributedPod {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod uid (empty when the pod has none).
+    pub uid: String,
+    /// The component the pod was placed in.
+    pub component: String,
+}
+
+/// A cached pod that holds GPUs and that no workload's resolution includes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnownedGpuPod {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod uid.
+    pub uid: String,
+    /// Kind of its topmost controller (empty when it has none).
+    pub owner_kind: String,
+    /// Name of its topmost controller (empty when it has none).
+    pub owner_name: String,
+    /// GPUs (GPU equivalents) the pod holds: it is bound to a node and not terminated.
+    pub gpus: f64,
+}
+
+/// A problem a source reports: a file that did not parse (its last good documents stay
+/// active), a missing directory, objects defined twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceProblem {
+    /// The file or directory.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
