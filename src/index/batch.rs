@@ -5,6 +5,7 @@ use super::objects::mark_affected;
 use super::{Index, OpenList, Uid, Writer};
 use crate::definition::Catalog;
 use crate::model::{Cached, Pod};
+use crate::model::{Skip, Skipped};
 use foldhash::{HashSet, HashSetExt};
 use parking_lot::MutexGuard;
 use serde_json::Value as Json;
@@ -27,10 +28,11 @@ pub struct Batch<'a> {
 
 impl Batch<'_> {
     /// Adds or replaces one object from `source` (see [`Index::apply`]).
-    pub fn apply(&mut self, json: &Json, source: &str) -> Result<String, String> {
+    pub fn apply(&mut self, json: &Json, source: &str) -> Result<String, Skip> {
         // A pod keeps its unpacked value for the resolution at the end of the batch, then
         // drops what it did not use.
-        let cached = Cached::from_json_keeping_value(json, self.index.limits)?;
+        let cached = Cached::from_json_keeping_value(json, self.index.limits)
+            .inspect_err(|e| self.index.count_skip(source, e))?;
         Ok(self.apply_converted(cached, source))
     }
 
@@ -88,12 +90,8 @@ impl Batch<'_> {
     }
 
     /// Replaces everything `source` holds (see [`Index::reset_converted`]).
-    pub fn reset_converted(
-        &mut self,
-        source: &str,
-        items: Vec<Result<Cached, String>>,
-    ) -> Vec<String> {
-        let mut skipped = Vec::new();
+    pub fn reset_converted(&mut self, source: &str, items: Vec<Result<Cached, Skip>>) -> Skipped {
+        let mut skipped = Skipped::default();
         let mut seen = HashSet::new();
         for item in items {
             match item {
@@ -101,7 +99,10 @@ impl Batch<'_> {
                     let uid = self.index.insert(&mut self.writer, cached, source);
                     seen.insert(uid);
                 }
-                Err(e) => skipped.push(e),
+                Err(e) => {
+                    self.index.count_skip(source, &e);
+                    skipped.push(e);
+                }
             }
         }
         self.remove_stale(source, &seen);
@@ -128,7 +129,7 @@ impl Batch<'_> {
     /// beside the rest of the download — a list comes sorted by namespace and name, and a
     /// workload's pods share its name, so its pods are most likely all in. One touched again
     /// later is resolved again when the list ends.
-    pub fn stage(&mut self, source: &str, items: Vec<Result<Cached, String>>) {
+    pub fn stage(&mut self, source: &str, items: Vec<Result<Cached, Skip>>) {
         let source = self.writer.source(source);
         let mut listing = self.writer.listings.remove(&source).unwrap_or_default();
         let outside = std::mem::take(&mut self.writer.dirty);
@@ -138,7 +139,10 @@ impl Batch<'_> {
                     let uid = self.index.insert(&mut self.writer, cached, &source);
                     listing.seen.insert(uid);
                 }
-                Err(e) => listing.skipped.push(e),
+                Err(e) => {
+                    self.index.count_skip(&source, &e);
+                    listing.skipped.push(e);
+                }
             }
         }
         let staged = std::mem::replace(&mut self.writer.dirty, outside);
@@ -170,9 +174,9 @@ impl Batch<'_> {
     /// Ends the open list of `source`: what the source held and the list did not is removed,
     /// and the roots the list affected are resolved with this batch. Returns the skipped
     /// objects (nothing without an open list).
-    pub fn finish_list(&mut self, source: &str) -> Vec<String> {
+    pub fn finish_list(&mut self, source: &str) -> Skipped {
         let Some(listing) = self.writer.listings.remove(source) else {
-            return Vec::new();
+            return Skipped::default();
         };
         let outside = std::mem::take(&mut self.writer.dirty);
         self.remove_stale(source, &listing.seen);

@@ -11,6 +11,7 @@
 use super::Index;
 use crate::definition::Catalog;
 use crate::model::Cached;
+use crate::model::{Skip, SkipCounts, Skipped};
 use serde_json::Value as Json;
 use std::sync::{Arc, Weak};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
@@ -25,17 +26,17 @@ pub const BATCH: usize = 1024;
 
 enum Op {
     Apply(Json, Arc<str>, OwnedSemaphorePermit),
-    ApplyConverted(Result<Cached, String>, Arc<str>, OwnedSemaphorePermit),
+    ApplyConverted(Result<Cached, Skip>, Arc<str>, OwnedSemaphorePermit),
     Delete(String, OwnedSemaphorePermit),
     Reset(
         Arc<str>,
-        Vec<Result<Cached, String>>,
-        oneshot::Sender<Vec<String>>,
+        Vec<Result<Cached, Skip>>,
+        oneshot::Sender<Skipped>,
     ),
-    Update(Arc<str>, Update, oneshot::Sender<Vec<String>>),
+    Update(Arc<str>, Update, oneshot::Sender<Skipped>),
     BeginList(Arc<str>),
-    Stage(Arc<str>, Vec<Result<Cached, String>>, OwnedSemaphorePermit),
-    FinishList(Arc<str>, oneshot::Sender<Vec<String>>),
+    Stage(Arc<str>, Vec<Result<Cached, Skip>>, OwnedSemaphorePermit),
+    FinishList(Arc<str>, oneshot::Sender<Skipped>),
     Reresolve(Arc<Catalog>),
     MarkSynced(String),
     Barrier(oneshot::Sender<()>),
@@ -51,12 +52,17 @@ pub struct Update {
     pub deletes: Vec<String>,
     /// Notes to set (`Some`) or clear (`None`), by identity.
     pub notes: Vec<(String, Option<String>)>,
+    /// Documents the source skipped since its last update, by reason (counted, not applied).
+    pub skipped: SkipCounts,
 }
 
 impl Update {
-    /// True when it changes nothing.
+    /// True when it changes and counts nothing.
     pub fn is_empty(&self) -> bool {
-        self.upserts.is_empty() && self.deletes.is_empty() && self.notes.is_empty()
+        self.upserts.is_empty()
+            && self.deletes.is_empty()
+            && self.notes.is_empty()
+            && self.skipped.is_empty()
     }
 }
 
@@ -100,7 +106,7 @@ impl Feed {
     }
 
     /// Adds or replaces one object converted by the caller (see [`Cached::from_parsed`]).
-    pub async fn apply_converted(&self, cached: Result<Cached, String>, source: &str) {
+    pub async fn apply_converted(&self, cached: Result<Cached, Skip>, source: &str) {
         if let Some(p) = self.permit().await {
             let _ = self
                 .tx
@@ -117,14 +123,14 @@ impl Feed {
 
     /// Replaces everything `source` holds (see [`Index::reset_converted`]); returns the
     /// skipped documents once applied.
-    pub async fn reset(&self, source: &str, items: Vec<Result<Cached, String>>) -> Vec<String> {
+    pub async fn reset(&self, source: &str, items: Vec<Result<Cached, Skip>>) -> Skipped {
         let (done, applied) = oneshot::channel();
         if self
             .tx
             .send(Op::Reset(Arc::from(source), items, done))
             .is_err()
         {
-            return Vec::new();
+            return Skipped::default();
         }
         applied.await.unwrap_or_default()
     }
@@ -139,7 +145,7 @@ impl Feed {
 
     /// Applies part of the open list of `source`; waits while the writer is [`QUEUE`]
     /// objects behind.
-    pub async fn stage(&self, source: &str, items: Vec<Result<Cached, String>>) {
+    pub async fn stage(&self, source: &str, items: Vec<Result<Cached, Skip>>) {
         let n = u32::try_from(items.len().clamp(1, QUEUE)).unwrap_or(1);
         if let Ok(p) = self.permits.clone().acquire_many_owned(n).await {
             let _ = self.tx.send(Op::Stage(Arc::from(source), items, p));
@@ -149,14 +155,14 @@ impl Feed {
     /// Ends the open list of `source` (see [`Feed::begin_list`]): removes what it held and
     /// the list did not, resolves what the list changed; returns the skipped documents once
     /// applied.
-    pub async fn finish_list(&self, source: &str) -> Vec<String> {
+    pub async fn finish_list(&self, source: &str) -> Skipped {
         let (done, applied) = oneshot::channel();
         if self
             .tx
             .send(Op::FinishList(Arc::from(source), done))
             .is_err()
         {
-            return Vec::new();
+            return Skipped::default();
         }
         applied.await.unwrap_or_default()
     }
@@ -164,7 +170,7 @@ impl Feed {
     /// Queues incremental changes of `source` (applied in order with everything queued
     /// before); the receiver fires once they are applied. For producers on a blocking thread
     /// that keep working meanwhile.
-    pub fn update_queued(&self, source: &str, update: Update) -> oneshot::Receiver<Vec<String>> {
+    pub fn update_queued(&self, source: &str, update: Update) -> oneshot::Receiver<Skipped> {
         let (done, applied) = oneshot::channel();
         let _ = self.tx.send(Op::Update(Arc::from(source), update, done));
         applied
@@ -213,7 +219,7 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
             return;
         };
         let mut after: Vec<Op> = Vec::new();
-        let mut replies: Vec<(oneshot::Sender<Vec<String>>, Vec<String>)> = Vec::new();
+        let mut replies: Vec<(oneshot::Sender<Skipped>, Skipped)> = Vec::new();
         let mut batch = index.batch();
         let mut next = Some(first);
         let mut taken = 0;
@@ -225,16 +231,23 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
                         tracing::warn!(source = %source, "object skipped: {e}");
                     }
                 }
-                Op::ApplyConverted(cached, source, _permit) => {
-                    if let Err(e) = cached.map(|c| batch.apply_converted(c, &source)) {
+                Op::ApplyConverted(cached, source, _permit) => match cached {
+                    Ok(c) => {
+                        batch.apply_converted(c, &source);
+                    }
+                    Err(e) => {
+                        index.count_skip(&source, &e);
                         tracing::warn!(source = %source, "object skipped: {e}");
                     }
-                }
+                },
                 Op::Delete(uid, _permit) => batch.delete(&uid),
                 Op::Reset(source, items, done) => {
                     replies.push((done, batch.reset_converted(&source, items)));
                 }
                 Op::Update(source, update, done) => {
+                    if !update.skipped.is_empty() {
+                        index.count_skips(&source, |c| c.merge(&update.skipped));
+                    }
                     for cached in update.upserts {
                         batch.upsert(cached, &source);
                     }
@@ -244,7 +257,7 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
                     for (uid, note) in &update.notes {
                         batch.note(uid, note.as_deref());
                     }
-                    replies.push((done, Vec::new()));
+                    replies.push((done, Skipped::default()));
                 }
                 Op::BeginList(source) => batch.begin_list(&source),
                 Op::Stage(source, items, _permit) => batch.stage(&source, items),

@@ -26,6 +26,7 @@ pub use offline::OnDemand;
 use crate::board::{
     Board, DEFAULT_HISTORY, Key, Labels, Placements, Publication, Published, SourceProblem,
 };
+use crate::model::{Skip, SkipCounts, Skipped};
 
 use crate::definition::Catalog;
 use crate::expr::Limits;
@@ -65,7 +66,7 @@ struct Writer {
 struct OpenList {
     seen: foldhash::HashSet<String>,
     dirty: BTreeSet<Uid>,
-    skipped: Vec<String>,
+    skipped: Skipped,
     /// Parts staged so far.
     parts: u64,
     /// Roots of `dirty` the list's own objects affected, with the last part that did.
@@ -185,6 +186,8 @@ pub struct Index {
     sources: Vec<String>,
     /// Definition paths that began to find nothing, counted per graph change.
     empty_paths: crate::drift::EmptyPaths,
+    /// Objects skipped, by source and reason (`kartograf_objects_skipped_total`).
+    skips: Mutex<std::collections::BTreeMap<Arc<str>, SkipCounts>>,
 }
 
 impl Index {
@@ -209,6 +212,7 @@ impl Index {
             problems: Mutex::default(),
             sources: sources.iter().map(|s| (*s).to_owned()).collect(),
             empty_paths: crate::drift::EmptyPaths::default(),
+            skips: Mutex::default(),
         }
     }
 
@@ -216,6 +220,27 @@ impl Index {
     /// nothing in a workload's graph (see [`crate::drift::EmptyPaths`]).
     pub fn empty_paths(&self) -> &crate::drift::EmptyPaths {
         &self.empty_paths
+    }
+
+    /// Counts an object of `source` skipped for `skip`.
+    pub fn count_skip(&self, source: &str, skip: &Skip) {
+        self.count_skips(source, |c| c.add(skip));
+    }
+
+    /// Adds to the skip counts of `source` (sources bounded: each is a source name, and
+    /// one source's counts are a fixed table).
+    pub fn count_skips(&self, source: &str, add: impl FnOnce(&mut SkipCounts)) {
+        let mut skips = self.skips.lock();
+        match skips.get_mut(source) {
+            Some(counts) => add(counts),
+            None => add(skips.entry(Arc::from(source)).or_default()),
+        }
+    }
+
+    /// Objects skipped so far, by source.
+    pub fn skipped(&self) -> Vec<(String, SkipCounts)> {
+        let skips = self.skips.lock();
+        skips.iter().map(|(s, c)| (s.to_string(), *c)).collect()
     }
 
     /// Replaces the problems `source` reports.
@@ -362,12 +387,12 @@ impl Index {
 
     /// Adds or replaces one object (any kind; pods are recognised by kind) from `source`.
     /// Returns the object's identity, or why it was skipped.
-    pub fn apply(&self, json: &Json, source: &str) -> Result<String, String> {
+    pub fn apply(&self, json: &Json, source: &str) -> Result<String, Skip> {
         self.batch().apply(json, source)
     }
 
     /// Converts a document for [`Index::reset_converted`], within the index's limits.
-    pub fn convert(&self, json: &Json) -> Result<Cached, String> {
+    pub fn convert(&self, json: &Json) -> Result<Cached, Skip> {
         Cached::from_json(json, self.limits)
     }
 
@@ -378,14 +403,14 @@ impl Index {
 
     /// Replaces everything `source` holds with `docs` (a full list or relist): objects not in
     /// it are deleted, the rest applied. Returns the documents skipped, with reasons.
-    pub fn reset(&self, source: &str, docs: &[Json]) -> Vec<String> {
+    pub fn reset(&self, source: &str, docs: &[Json]) -> Skipped {
         self.reset_converted(source, docs.iter().map(|d| self.convert(d)).collect())
     }
 
     /// [`Index::reset`] with documents already converted (a source converts a list while it
     /// arrives, so it never holds the whole list as JSON). Conversion failures are the
     /// skipped documents' reasons.
-    pub fn reset_converted(&self, source: &str, items: Vec<Result<Cached, String>>) -> Vec<String> {
+    pub fn reset_converted(&self, source: &str, items: Vec<Result<Cached, Skip>>) -> Skipped {
         self.batch().reset_converted(source, items)
     }
 
@@ -455,6 +480,7 @@ impl Index {
             && &cached.meta().namespace != ns
         {
             // Another shard's object: not kept (and a copy kept before is removed).
+            self.count_skip(source, &Skip::OtherNamespace(uid.clone()));
             self.remove(w, &uid);
             return uid;
         }

@@ -6,6 +6,7 @@
 use crate::board::{AttributedPod, Board, Sizes, SourceProblem, UnownedGpuPod};
 use crate::definition::{Catalog, LoadReport};
 use crate::index::Index;
+use crate::model::SkipCounts;
 use crate::proto::v1 as pb;
 use crate::resolve::diagnostics::code::UNATTRIBUTED_POD;
 use prometheus_client::collector::Collector;
@@ -38,6 +39,11 @@ pub trait Observed: Send + Sync {
     /// How often each (definition, path) that should find something began to find nothing
     /// (none for an aggregator: its graphs are resolved upstream).
     fn empty_paths(&self) -> Vec<((String, String), u64)> {
+        Vec::new()
+    }
+    /// Objects each source skipped so far, by reason (none for an aggregator: its
+    /// upstreams count their own).
+    fn skipped(&self) -> Vec<(String, SkipCounts)> {
         Vec::new()
     }
     /// The upstreams of an aggregator (none for a server of its own cluster).
@@ -105,6 +111,10 @@ impl Observed for Index {
 
     fn empty_paths(&self) -> Vec<((String, String), u64)> {
         Index::empty_paths(self).snapshot()
+    }
+
+    fn skipped(&self) -> Vec<(String, SkipCounts)> {
+        Index::skipped(self)
     }
 }
 
@@ -340,6 +350,25 @@ impl Collector for Inventory {
                 })
             }),
         )?;
+        {
+            let skipped = self.source.skipped();
+            let mut metric = e.encode_descriptor(
+                "kartograf_objects_skipped",
+                "Objects a source skipped, by reason: no_kind_or_name (not an object with a kind and metadata.name), duplicate (the same identity again in one file), other_namespace (outside this shard's namespace).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (source, counts) in &skipped {
+                for (reason, n) in counts.by_label() {
+                    let labels = [("source", source.as_str()), ("reason", reason)];
+                    metric
+                        .encode_family(&labels)?
+                        .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+                            &n, None,
+                        )?;
+                }
+            }
+        }
         {
             let mut metric = e.encode_descriptor(
                 "kartograf_source_file_reads",

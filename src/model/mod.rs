@@ -8,6 +8,8 @@ pub mod object;
 pub mod ownership;
 mod peek;
 pub mod resources;
+pub mod skip;
 
 pub use memo::Memo;
 pub use object::{Cached, OBJECT_RULE, Object, ObjectMeta, OwnerRef, POD_PROJECTION, Pod};
+pub use skip::{Skip, SkipCounts, Skipped};

@@ -4,8 +4,8 @@
 use crate::definition::GroupVersionKind;
 use crate::expr::Limits;
 use crate::expr::value::{self, Doc, Keep, Node, PackSeed, Packed, Parsed};
-use crate::model::Memo;
 use crate::model::resources::{self, Request};
+use crate::model::{Memo, Skip};
 use jaq_json::Val;
 use serde::de::DeserializeSeed;
 use serde_json::Value as Json;
@@ -55,7 +55,7 @@ pub struct ObjectMeta {
 impl ObjectMeta {
     /// Reads metadata from a JSON object. Missing fields are empty; a missing kind, name or
     /// uid is reported.
-    pub fn from_json(json: &Json) -> Result<ObjectMeta, String> {
+    pub fn from_json(json: &Json) -> Result<ObjectMeta, Skip> {
         let text = |v: Option<&Json>| v.and_then(Json::as_str).unwrap_or_default().to_owned();
         let meta = json.get("metadata");
         let field = |k: &str| text(meta.and_then(|m| m.get(k)));
@@ -88,13 +88,13 @@ impl ObjectMeta {
             owners,
         };
         if out.kind.is_empty() || out.name.is_empty() {
-            return Err("object has no kind or no metadata.name".to_owned());
+            return Err(Skip::NoKindOrName);
         }
         Ok(out)
     }
 
     /// Reads metadata from a packed object, as [`ObjectMeta::from_json`] does.
-    pub fn from_packed(packed: &Packed) -> Result<ObjectMeta, String> {
+    pub fn from_packed(packed: &Packed) -> Result<ObjectMeta, Skip> {
         let out = packed.with_node(|root| {
             let text = |of: Option<Node<'_>>, key: &str| {
                 of.and_then(|o| o.get(key)?.as_str())
@@ -127,7 +127,7 @@ impl ObjectMeta {
             }
         });
         if out.kind.is_empty() || out.name.is_empty() {
-            return Err("object has no kind or no metadata.name".to_owned());
+            return Err(Skip::NoKindOrName);
         }
         Ok(out)
     }
@@ -203,17 +203,17 @@ impl Cached {
     }
 
     /// Converts a document (see [`Object::from_json`] and [`Pod::from_json`]).
-    pub fn from_json(json: &Json, limits: Limits) -> Result<Cached, String> {
+    pub fn from_json(json: &Json, limits: Limits) -> Result<Cached, Skip> {
         Cached::convert(json, limits, false)
     }
 
     /// Like [`Cached::from_json`]; a pod also keeps its unpacked value for its first
     /// resolution (see `Pod::convert`).
-    pub(crate) fn from_json_keeping_value(json: &Json, limits: Limits) -> Result<Cached, String> {
+    pub(crate) fn from_json_keeping_value(json: &Json, limits: Limits) -> Result<Cached, Skip> {
         Cached::convert(json, limits, true)
     }
 
-    fn convert(json: &Json, limits: Limits, keep: bool) -> Result<Cached, String> {
+    fn convert(json: &Json, limits: Limits, keep: bool) -> Result<Cached, Skip> {
         let text = |key: &str| json.get(key).and_then(Json::as_str).unwrap_or_default();
         Ok(if is_pod(text("apiVersion"), text("kind")) {
             Cached::Pod(Arc::new(Pod::convert(json, limits, keep)?))
@@ -226,7 +226,7 @@ impl Cached {
     /// [`OBJECT_RULE`] otherwise; see [`Parsed`]): the same as [`Cached::from_json`] on the
     /// document parsed whole. With `keep`, a pod also keeps its unpacked value (see
     /// [`Cached::from_json_keeping_value`]).
-    pub fn from_parsed(parsed: Parsed, keep: bool) -> Result<Cached, String> {
+    pub fn from_parsed(parsed: Parsed, keep: bool) -> Result<Cached, Skip> {
         let meta = ObjectMeta::from_packed(&parsed.packed)?;
         let (packed, problem) = match parsed.over {
             None => (parsed.packed, None),
@@ -319,7 +319,7 @@ pub struct Object {
 impl Object {
     /// Builds an object from JSON. Fails only without kind/name; an object over the size or
     /// depth budget is kept with `problem` set so it still resolves (to a partial graph).
-    pub fn from_json(json: &Json, limits: Limits) -> Result<Object, String> {
+    pub fn from_json(json: &Json, limits: Limits) -> Result<Object, Skip> {
         let meta = ObjectMeta::from_json(json)?;
         let (packed, problem) = match Packed::pack(json, &OBJECT_RULE, limits) {
             Ok(p) => (p, None),
@@ -574,14 +574,14 @@ impl PodFacts {
 impl Pod {
     /// Builds a pod from JSON (see [`Object::from_json`] for failure rules), keeping only
     /// its [`project_pod`] projection, packed.
-    pub fn from_json(json: &Json, limits: Limits) -> Result<Pod, String> {
+    pub fn from_json(json: &Json, limits: Limits) -> Result<Pod, Skip> {
         Pod::convert(json, limits, false)
     }
 
     /// [`Pod::from_json`]; with `keep`, the unpacked value is also kept for the pod's first
     /// resolution (which takes it) instead of unpacking twice — for one pod applied at a
     /// time: whoever keeps the pod without resolving it calls `memo.drop_value()`.
-    fn convert(json: &Json, limits: Limits, keep: bool) -> Result<Pod, String> {
+    fn convert(json: &Json, limits: Limits, keep: bool) -> Result<Pod, Skip> {
         let meta = ObjectMeta::from_json(json)?;
         let (packed, problem) = match Packed::pack(json, &POD_PROJECTION, limits) {
             Ok(p) => (p, None),

@@ -64,14 +64,14 @@ pub(super) fn parse_inline(
     }
     let object = parse_json(&inline.object_json, &what)?;
     let root = Object::from_json(&object, Limits::default())
-        .map_err(|e| Status::invalid_argument(format!("{what}: {}", echo(&e))))?;
+        .map_err(|e| Status::invalid_argument(format!("{what}: {e}")))?;
     validate::inline_object(&what, &root.meta)?;
     let mut pods = Vec::new();
     for (i, text) in inline.pods_json.iter().enumerate() {
         let what = format!("{prefix}pods_json[{i}]");
         let v = parse_json(text, &what)?;
         let pod = Pod::from_json(&v, Limits::default())
-            .map_err(|e| Status::invalid_argument(format!("{what}: {}", echo(&e))))?;
+            .map_err(|e| Status::invalid_argument(format!("{what}: {e}")))?;
         validate::inline_pod(&what, &pod.meta, &root.meta)?;
         pods.push(pod);
     }

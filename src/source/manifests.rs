@@ -15,6 +15,7 @@ use crate::folder::Walk;
 use crate::index::{Index, Update};
 use crate::manifest;
 use crate::model::Cached;
+use crate::model::{Skip, SkipCounts, Skipped};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -79,6 +80,8 @@ pub struct ManifestSet {
     noted: BTreeMap<Identity, String>,
     /// Current problems per file (or the directory itself).
     problems: std::collections::BTreeMap<PathBuf, String>,
+    /// Documents skipped since the last update, by reason (for the index's counts).
+    skip_counts: SkipCounts,
 }
 
 impl ManifestSet {
@@ -93,6 +96,7 @@ impl ManifestSet {
             file_numbers: HashMap::new(),
             noted: BTreeMap::new(),
             problems: std::collections::BTreeMap::new(),
+            skip_counts: SkipCounts::default(),
         }
     }
 
@@ -204,6 +208,7 @@ impl ManifestSet {
     ) {
         let path = &c.path;
         let mut skipped = docs.skipped;
+        self.skip_counts.merge(&docs.skip_counts);
         let mut all: Vec<(Identity, Cached)> = docs
             .objects
             .into_iter()
@@ -215,9 +220,9 @@ impl ManifestSet {
         let mut objects: Vec<(Identity, Cached)> = Vec::with_capacity(all.len());
         for (id, cached) in all {
             if objects.last().is_some_and(|(last, _)| *last == id) {
-                skipped.push(|| {
-                    format!("{id} is defined more than once in this file; the first one is used")
-                });
+                let duplicate = Skip::Duplicate(id.to_string());
+                self.skip_counts.add(&duplicate);
+                skipped.push(|| duplicate.to_string());
                 continue;
             }
             objects.push((id, cached));
@@ -313,7 +318,10 @@ impl ManifestSet {
 
     /// What the index must do for each touched identity: the first file's copy, or removal.
     fn changes(&mut self, touched: BTreeSet<Identity>) -> Update {
-        let mut update = Update::default();
+        let mut update = Update {
+            skipped: std::mem::take(&mut self.skip_counts),
+            ..Update::default()
+        };
         for id in touched {
             let Some(providers) = self.providers.get(&id) else {
                 update.deletes.push(id.to_string());
@@ -418,16 +426,22 @@ pub struct Converted {
     pub objects: Vec<Cached>,
     /// Documents that are not usable objects.
     pub skipped: Notes,
+    /// The same, counted by reason.
+    pub skip_counts: SkipCounts,
 }
 
 impl Converted {
-    fn add(&mut self, converted: Result<Cached, String>) {
+    fn add(&mut self, converted: Result<Cached, Skip>) {
         match converted {
             Ok(c) => self.objects.push(c),
-            Err(e) => self
-                .skipped
-                .push(|| crate::excerpt::printable(&e, crate::excerpt::PARSE_ERROR_BYTES)),
+            Err(e) => self.skip(e),
         }
+    }
+
+    /// Notes and counts one skipped document.
+    fn skip(&mut self, skip: Skip) {
+        self.skip_counts.add(&skip);
+        self.skipped.push(|| skip.to_string());
     }
 }
 
@@ -453,6 +467,7 @@ pub(crate) fn convert(text: &str, limits: Limits) -> Result<Converted, String> {
                     out.skipped.push(|| note);
                 }
                 out.skipped.more += items.skipped.more;
+                out.skip_counts.merge(&items.skip_counts);
                 continue;
             }
             // A document on its own (not a usable object, or not JSON: then the whole file
@@ -490,8 +505,8 @@ pub fn read_once(path: &Path) -> (Vec<Cached>, Vec<SourceProblem>) {
     (update.upserts, set.problems())
 }
 
-fn log_skipped(skipped: Vec<String>) {
-    for s in skipped {
+fn log_skipped(skipped: Skipped) {
+    for s in skipped.lines() {
         tracing::warn!(skipped = %s, "skipped a manifest document");
     }
 }

@@ -6,6 +6,7 @@
 use crate::definition::Catalog;
 use crate::expr::Limits;
 use crate::index::{Index, OnDemand};
+use crate::model::Skip;
 use crate::model::{Cached, ObjectMeta, Pod};
 use crate::resolve::Resolution;
 use crate::source::manifests;
@@ -121,7 +122,7 @@ impl Snapshot {
     }
 
     /// [`Snapshot::add`] of an already converted document from source number `file`.
-    fn add_converted(&mut self, converted: Result<Cached, String>, file: u32) {
+    fn add_converted(&mut self, converted: Result<Cached, Skip>, file: u32) {
         let source = self.sources[file as usize].clone();
         match converted {
             Ok(cached) => {

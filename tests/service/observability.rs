@@ -627,3 +627,39 @@ async fn rpc_spans_reach_an_otlp_collector() {
     }
     assert!(found, "no Resolve span among {} exports", exports.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipped_objects_are_counted_by_source_and_reason() {
+    // One nameless document, one identity twice in a file, and (with --namespace ml) one
+    // pod of another namespace: each reason counted once, under the manifests source.
+    let dir = std::env::temp_dir().join(format!("kartograf-skips-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let pod = |ns: &str, name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, uid: {ns}-{name}}}\nspec: {{containers: []}}\n"
+        )
+    };
+    let text = [
+        pod("ml", "a"),
+        pod("ml", "a"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {namespace: ml}\n".to_owned(),
+        pod("other", "b"),
+    ]
+    .join("---\n");
+    std::fs::write(dir.join("pods.yaml"), text).expect("write");
+    let p = spawn_serving(&dir, &["--namespace".as_ref(), "ml".as_ref()], "text", &[]);
+    wait_ready(p.admin).await;
+    let (_, _, text) = get(p.admin, "/metrics").await;
+    let skipped = |reason: &str| {
+        value(
+            &text,
+            "kartograf_objects_skipped_total",
+            &[("source", "manifests"), ("reason", reason)],
+        )
+    };
+    assert_eq!(skipped("no_kind_or_name"), 1.0, "{text}");
+    assert_eq!(skipped("duplicate"), 1.0);
+    assert_eq!(skipped("other_namespace"), 1.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}

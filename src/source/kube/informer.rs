@@ -7,6 +7,7 @@ use super::document::{Document, ObjectRule, PodRule};
 use super::{Ctx, Mode, source_name};
 use crate::index::Feed;
 use crate::model::Cached;
+use crate::model::Skip;
 use crate::source::definitions::Publisher;
 use ::kube::api::{Api, ApiResource, DynamicObject};
 use ::kube::core::{PartialObjectMeta, Status};
@@ -77,7 +78,7 @@ pub(super) trait Sink: Send + Sync {
 
 /// The index, through its writer thread.
 impl Sink for Feed {
-    type Item = Result<Cached, String>;
+    type Item = Result<Cached, Skip>;
 
     fn convert(body: Body) -> Self::Item {
         match body {
@@ -100,10 +101,10 @@ impl Sink for Feed {
         let skipped = self.finish_list(source).await;
         tracing::info!(
             source = %source,
-            skipped = skipped.len(),
+            skipped = skipped.total,
             "kubernetes: list replaced"
         );
-        for s in skipped {
+        for s in skipped.lines() {
             tracing::warn!(source = %source, "kubernetes: object skipped: {s}");
         }
     }

@@ -160,7 +160,7 @@ fn run(
 /// The object as the resolver reads it; an object beyond the conversion limits is refused.
 fn parse(object: &Json) -> Answer<Object> {
     let root = Object::from_json(object, Limits::default())
-        .map_err(|e| Refusal::new(400, format!("request.object: {}", echo(&e))))?;
+        .map_err(|e| Refusal::new(400, format!("request.object: {e}")))?;
     if let Some(problem) = &root.problem {
         return Err(Refusal::new(
             400,
