@@ -278,36 +278,23 @@ fn overlays<'a>(workload: &Subject<'a>, analysed: &[Analysed]) -> Vec<Overlay<'a
     out
 }
 
-/// Where `steps` leaves the pod projection (the depth of the first dropped step).
+/// Where `steps` leaves the pod projection (the depth of the first dropped step), read with
+/// the packer's own rule ([`Keep::field`], [`Keep::item`]): what the cache keeps is what
+/// this says is kept.
 fn leaves_projection(steps: &[Step]) -> Option<usize> {
     let mut keep = &crate::model::POD_PROJECTION;
     for (depth, step) in steps.iter().enumerate() {
-        keep = match (keep, step) {
-            (Keep::All, _) => return None,
-            (Keep::Fields(fields), Step::Key(k)) => match fields.iter().find(|(name, _)| name == k)
-            {
-                Some((_, inner)) => inner,
-                None => return Some(depth),
-            },
-            (Keep::Fields(_), _) => return Some(depth),
-            (Keep::Without(dropped), Step::Key(k)) if dropped.contains(&k.as_str()) => {
-                return Some(depth);
-            }
-            (Keep::Without(_), _) => return None,
-            (Keep::Each(inner), Step::Each | Step::Index(_) | Step::Dynamic | Step::Slice) => inner,
-            (Keep::Each(_), _) => return Some(depth),
-            (Keep::Shape(fields, rest), Step::Key(k)) => {
-                match fields.iter().find(|(name, _)| name == k) {
-                    Some((_, Keep::Drop)) => return Some(depth),
-                    Some((_, inner)) => inner,
-                    None => rest,
-                }
-            }
-            (Keep::Shape(_, rest), _) => rest,
-            (Keep::Drop, _) => return Some(depth),
-            // Only container environments are left out, which no definition reads.
-            (Keep::NoEnv, _) => return None,
+        if matches!(keep, Keep::All) {
+            return None;
+        }
+        let next = match step {
+            Step::Key(k) => keep.field(k),
+            Step::Each | Step::Index(_) | Step::Dynamic | Step::Slice => keep.item(),
         };
+        match next {
+            Some(rule) => keep = rule,
+            None => return Some(depth),
+        }
     }
     None
 }
@@ -940,4 +927,57 @@ fn dedup(findings: &mut Vec<Finding>) {
             true
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::value::{Doc, Limits, Packed};
+
+    fn key(k: &str) -> Step {
+        Step::Key(k.to_owned())
+    }
+
+    /// The drift check's reading of the pod projection is the packer's: a path it says stays
+    /// is in a packed pod, one it says leaves is not.
+    #[test]
+    fn leaving_the_projection_is_what_the_packer_drops() {
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [{"x": 1}]},
+            "spec": {"hostname": "h", "nodeName": "n",
+                     "containers": [{"name": "c", "env": [{"name": "E"}],
+                                     "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Running"}
+        });
+        let packed =
+            Packed::pack(&pod, &crate::model::POD_PROJECTION, Limits::default()).expect("packs");
+        let paths: Vec<Vec<Step>> = vec![
+            vec![key("metadata"), key("labels"), key("a")],
+            vec![key("metadata"), key("managedFields")],
+            vec![key("spec"), key("hostname")],
+            vec![key("spec"), key("nodeName")],
+            vec![key("spec"), key("containers"), Step::Index(0), key("name")],
+            vec![key("spec"), key("containers"), Step::Index(0), key("env")],
+            vec![key("status"), key("phase")],
+        ];
+        let mut kept = 0;
+        for steps in &paths {
+            let present = packed.with_node(|n| {
+                let mut at = Some(n);
+                for s in steps {
+                    at = at.and_then(|d| match s {
+                        Step::Key(k) => d.get(k),
+                        Step::Index(i) => d.items().nth(usize::try_from(*i).ok()?),
+                        _ => None,
+                    });
+                }
+                at.is_some()
+            });
+            let stays = leaves_projection(steps).is_none();
+            assert_eq!(stays, present, "{steps:?}");
+            kept += usize::from(stays);
+        }
+        assert!(kept > 0 && kept < paths.len(), "both cases are exercised");
+    }
 }

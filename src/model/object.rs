@@ -3,7 +3,7 @@
 
 use crate::definition::GroupVersionKind;
 use crate::expr::Limits;
-use crate::expr::value::{self, Doc, Keep, Node, PackSeed, Packed, Parsed};
+use crate::expr::value::{self, Doc, Keep, PackSeed, Packed, Parsed};
 use crate::model::resources::{self, Request};
 use crate::model::{Memo, Skip};
 use jaq_json::Val;
@@ -53,79 +53,48 @@ pub struct ObjectMeta {
 }
 
 impl ObjectMeta {
-    /// Reads metadata from a JSON object. Missing fields are empty; a missing kind, name or
-    /// uid is reported.
+    /// Reads metadata from a JSON object. Missing fields are empty; a missing kind or name
+    /// is reported.
     pub fn from_json(json: &Json) -> Result<ObjectMeta, Skip> {
-        let text = |v: Option<&Json>| v.and_then(Json::as_str).unwrap_or_default().to_owned();
-        let meta = json.get("metadata");
-        let field = |k: &str| text(meta.and_then(|m| m.get(k)));
-        let owners = meta
-            .and_then(|m| m.get("ownerReferences"))
-            .and_then(Json::as_array)
-            .map(|refs| {
-                refs.iter()
-                    .map(|r| OwnerRef {
-                        api_version: text(r.get("apiVersion")),
-                        kind: text(r.get("kind")),
-                        name: text(r.get("name")),
-                        uid: text(r.get("uid")),
-                        controller: r.get("controller").and_then(Json::as_bool).unwrap_or(false),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let out = ObjectMeta {
-            api_version: text(json.get("apiVersion")),
-            kind: text(json.get("kind")),
-            name: field("name"),
-            namespace: field("namespace"),
-            uid: Arc::from(
-                meta.and_then(|m| m.get("uid"))
-                    .and_then(Json::as_str)
-                    .unwrap_or_default(),
-            ),
-            created: field("creationTimestamp"),
-            owners,
-        };
-        if out.kind.is_empty() || out.name.is_empty() {
-            return Err(Skip::NoKindOrName);
-        }
-        Ok(out)
+        ObjectMeta::read(json)
     }
 
     /// Reads metadata from a packed object, as [`ObjectMeta::from_json`] does.
     pub fn from_packed(packed: &Packed) -> Result<ObjectMeta, Skip> {
-        let out = packed.with_node(|root| {
-            let text = |of: Option<Node<'_>>, key: &str| {
-                of.and_then(|o| o.get(key)?.as_str())
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            let meta = root.get("metadata");
-            // Allocated at its length (`collect` would make room for at least four): the
-            // list is kept for every cached object.
-            let refs = meta.and_then(|m| m.get("ownerReferences"));
-            let mut owners = Vec::with_capacity(refs.map_or(0, |r| r.items().size_hint().0));
-            owners.extend(refs.into_iter().flat_map(Node::items).map(|r| OwnerRef {
-                api_version: text(Some(r), "apiVersion"),
-                kind: text(Some(r), "kind"),
-                name: text(Some(r), "name"),
-                uid: text(Some(r), "uid"),
-                controller: r.get("controller").is_some_and(Node::is_true),
-            }));
-            ObjectMeta {
-                api_version: text(Some(root), "apiVersion"),
-                kind: text(Some(root), "kind"),
-                name: text(meta, "name"),
-                namespace: text(meta, "namespace"),
-                uid: Arc::from(
-                    meta.and_then(|m| m.get("uid")?.as_str())
-                        .unwrap_or_default(),
-                ),
-                created: text(meta, "creationTimestamp"),
-                owners,
-            }
-        });
+        packed.with_node(|root| ObjectMeta::read(root))
+    }
+
+    /// The one metadata reader, for any [`Doc`] (parsed JSON, a packed object).
+    fn read<'a, D: Doc<'a>>(root: D) -> Result<ObjectMeta, Skip> {
+        let text = |of: Option<D>, key: &str| {
+            of.and_then(|o| o.get(key)?.as_str())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let meta = root.get("metadata");
+        // Allocated at its length (`collect` would make room for at least four): the list is
+        // kept for every cached object.
+        let refs = meta.and_then(|m| m.get("ownerReferences"));
+        let mut owners = Vec::with_capacity(refs.map_or(0, |r| r.items().size_hint().0));
+        owners.extend(refs.into_iter().flat_map(Doc::items).map(|r| OwnerRef {
+            api_version: text(Some(r), "apiVersion"),
+            kind: text(Some(r), "kind"),
+            name: text(Some(r), "name"),
+            uid: text(Some(r), "uid"),
+            controller: r.get("controller").is_some_and(Doc::is_true),
+        }));
+        let out = ObjectMeta {
+            api_version: text(Some(root), "apiVersion"),
+            kind: text(Some(root), "kind"),
+            name: text(meta, "name"),
+            namespace: text(meta, "namespace"),
+            uid: Arc::from(
+                meta.and_then(|m| m.get("uid")?.as_str())
+                    .unwrap_or_default(),
+            ),
+            created: text(meta, "creationTimestamp"),
+            owners,
+        };
         if out.kind.is_empty() || out.name.is_empty() {
             return Err(Skip::NoKindOrName);
         }

@@ -15,6 +15,8 @@ pub trait Doc<'a>: Copy {
     fn as_f64(self) -> Option<f64>;
     /// True for a number.
     fn is_number(self) -> bool;
+    /// True for `true`.
+    fn is_true(self) -> bool;
     /// The elements of an array (nothing for anything else).
     fn items(self) -> impl Iterator<Item = Self>;
     /// The entries of an object, keys as bytes (nothing for anything else).
@@ -45,6 +47,10 @@ impl<'a> Doc<'a> for &'a Val {
         matches!(self, Val::Num(_))
     }
 
+    fn is_true(self) -> bool {
+        matches!(self, Val::Bool(true))
+    }
+
     fn items(self) -> impl Iterator<Item = Self> {
         super::as_array(self).iter()
     }
@@ -55,6 +61,54 @@ impl<'a> Doc<'a> for &'a Val {
 
     fn to_text(self) -> String {
         super::to_text(self)
+    }
+}
+
+/// A parsed JSON document (a caller's or a manifest's), read as the same [`Doc`] so one
+/// reader serves JSON, unpacked and packed values alike.
+impl<'a> Doc<'a> for &'a serde_json::Value {
+    fn get(self, key: &str) -> Option<Self> {
+        self.as_object()?.get(key)
+    }
+
+    fn as_str(self) -> Option<&'a str> {
+        serde_json::Value::as_str(self)
+    }
+
+    fn as_f64(self) -> Option<f64> {
+        serde_json::Value::as_f64(self)
+    }
+
+    fn is_number(self) -> bool {
+        serde_json::Value::is_number(self)
+    }
+
+    fn is_true(self) -> bool {
+        self.as_bool() == Some(true)
+    }
+
+    fn items(self) -> impl Iterator<Item = Self> {
+        self.as_array()
+            .map(|a| a.as_slice())
+            .unwrap_or_default()
+            .iter()
+    }
+
+    fn entries(self) -> impl Iterator<Item = (&'a [u8], Self)> {
+        self.as_object()
+            .into_iter()
+            .flat_map(|o| o.iter().map(|(k, v)| (k.as_bytes(), v)))
+    }
+
+    /// As the value's: converted first (rarely read on this side), so the text is exactly
+    /// gojq's.
+    fn to_text(self) -> String {
+        match self {
+            serde_json::Value::String(s) => s.clone(),
+            other => super::from_json(other, super::Limits::default())
+                .map(|v| super::to_text(&v))
+                .unwrap_or_default(),
+        }
     }
 }
 
@@ -74,6 +128,12 @@ mod tests {
             format!("{:?}", d.get_path(&["a", "s"]).map(|v| v.is_number())),
             format!("{:?}", d.get_path(&["a", "i"]).map(|v| v.is_number())),
             format!("{:?}", d.get_path(&["a", "missing"]).is_some()),
+            format!(
+                "{:?}",
+                d.get_path(&["a", "a-long-key-the-table-has-not-seen-yet"])
+                    .map(|v| v.is_true())
+            ),
+            format!("{:?}", d.get_path(&["a", "i"]).map(|v| v.is_true())),
             format!("{:?}", d.get_path(&["a", "s", "deeper"]).is_some()),
             d.get("list").map(|l| l.to_text()).unwrap_or_default(),
         ];
@@ -109,6 +169,7 @@ mod tests {
         let packed = Packed::pack(&json, &Keep::All, Limits::default()).unwrap();
         let expected = reads(&val);
         assert_eq!(packed.with_node(|n| reads(n)), expected);
+        assert_eq!(reads(&json), expected, "parsed JSON reads the same");
         assert!(expected.contains(&"i=7".to_owned()), "{expected:?}");
         assert!(
             expected.contains(&"{\"k\":\"v\"}".to_owned()),

@@ -74,6 +74,18 @@ impl Keep {
             Keep::All | Keep::Each(_) => Some(&Keep::All),
         }
     }
+
+    /// The rule for the items of an array kept by this rule (`None`: an array is left out
+    /// here: a rule that projects an object's fields drops its field when it holds an array,
+    /// see `field_rule`). `NoEnv` passes itself down; other rules keep items whole.
+    pub fn item(&self) -> Option<&Keep> {
+        match self {
+            Keep::Each(k) => Some(k),
+            Keep::NoEnv => Some(&Keep::NoEnv),
+            Keep::Fields(_) | Keep::Drop => None,
+            Keep::All | Keep::Without(_) | Keep::Shape(..) => Some(&Keep::All),
+        }
+    }
 }
 
 /// A container without its environment.
@@ -407,6 +419,10 @@ impl<'a> Doc<'a> for Node<'a> {
         matches!(self.tag(), Some(INT | FLOAT))
     }
 
+    fn is_true(self) -> bool {
+        Node::is_true(self)
+    }
+
     /// Its size hint is the array's length, so collecting allocates once.
     fn items(self) -> impl Iterator<Item = Self> {
         let mut reader = self.reader();
@@ -519,11 +535,9 @@ impl Packer {
                 Ok(())
             }
             (Json::Array(items), keep) => {
-                let item_keep = match keep {
-                    Keep::Each(k) => *k,
-                    Keep::NoEnv => &Keep::NoEnv,
-                    _ => &Keep::All,
-                };
+                // A projected object's array field never reaches here (dropped with its
+                // field); a document that is an array where an object is projected keeps it.
+                let item_keep = keep.item().unwrap_or(&Keep::All);
                 self.out.push(ARRAY);
                 self.varint(items.len() as u64);
                 for item in items {

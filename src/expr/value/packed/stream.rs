@@ -310,11 +310,8 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
             (Refine::ObjectsOnly, _) => &Keep::All,
             (_, keep) => keep,
         };
-        let item = match keep {
-            Keep::Each(k) => *k,
-            Keep::NoEnv => &Keep::NoEnv,
-            _ => &Keep::All,
-        };
+        // As the tree packer: see `Keep::item`.
+        let item = keep.item().unwrap_or(&Keep::All);
         let start = self.st.out.len();
         let mut count = 0usize;
         while seq
