@@ -2,7 +2,7 @@
 //! workloads are resolved and published once, when the batch ends.
 
 use super::objects::mark_affected;
-use super::{Index, OpenList, Uid, Writer};
+use super::{Index, Uid, Writer};
 use crate::definition::Catalog;
 use crate::model::{Cached, Pod};
 use crate::model::{Skip, Skipped};
@@ -10,10 +10,6 @@ use foldhash::{HashSet, HashSetExt};
 use parking_lot::MutexGuard;
 use serde_json::Value as Json;
 use std::sync::Arc;
-
-/// Parts of a list (see [`Batch::stage`]) after which a root the list no longer touches is
-/// resolved before the index first syncs.
-pub(super) const RIPE_AFTER: u64 = 4;
 
 /// Changes applied under one hold of the index's writer lock (see [`Index::batch`]).
 pub struct Batch<'a> {
@@ -43,12 +39,7 @@ impl Batch<'_> {
         let uid = self.index.insert(&mut self.writer, cached, source);
         // The pod as stored (an unchanged update keeps the cached copy, which holds no value).
         if is_pod
-            && let Some(Cached::Pod(p)) = self
-                .index
-                .objects()
-                .entries
-                .get(uid.as_str())
-                .map(|e| &e.cached)
+            && let Some(Cached::Pod(p)) = self.index.objects().get(uid.as_str()).map(|e| &e.cached)
         {
             self.keep.push(p.clone());
         }
@@ -109,109 +100,11 @@ impl Batch<'_> {
         skipped
     }
 
-    /// Starts a list of `source` received in parts ([`Batch::stage`], then
-    /// [`Batch::finish_list`]); a list of it still open is abandoned (what it applied stays,
-    /// and its roots are resolved with this batch).
-    pub fn begin_list(&mut self, source: &str) {
-        let source = self.writer.source(source);
-        if let Some(old) = self.writer.listings.insert(source, OpenList::default()) {
-            self.writer.dirty.extend(old.dirty);
-        }
-    }
-
-    /// Applies part of the open list of `source` (one is begun if none is): the objects are
-    /// stored at once, but the roots they affect are resolved only when the list ends, so a
-    /// root whose pods arrive over many parts is resolved once.
-    ///
-    /// Except before the index first syncs (when nothing is served), in the last list still
-    /// arriving (the pods, in a cold start): then a root that this list's objects affected,
-    /// and that no part touched for `RIPE_AFTER` parts since, is resolved with this batch,
-    /// beside the rest of the download — a list comes sorted by namespace and name, and a
-    /// workload's pods share its name, so its pods are most likely all in. One touched again
-    /// later is resolved again when the list ends.
-    pub fn stage(&mut self, source: &str, items: Vec<Result<Cached, Skip>>) {
-        let source = self.writer.source(source);
-        let mut listing = self.writer.listings.remove(&source).unwrap_or_default();
-        let outside = std::mem::take(&mut self.writer.dirty);
-        for item in items {
-            match item {
-                Ok(cached) => {
-                    let uid = self.index.insert(&mut self.writer, cached, &source);
-                    listing.seen.insert(uid);
-                }
-                Err(e) => {
-                    self.index.count_skip(&source, &e);
-                    listing.skipped.push(e);
-                }
-            }
-        }
-        let staged = std::mem::replace(&mut self.writer.dirty, outside);
-        listing.parts += 1;
-        if !self.index.synced() {
-            let part = listing.parts;
-            for uid in &staged {
-                listing.touched.insert(uid.clone(), part);
-            }
-            // While other lists arrive, they may still touch these roots (a root's pods come
-            // after its jobs): only the last list still arriving resolves ahead.
-            let alone = self.writer.listings.is_empty();
-            let ripe: Vec<Uid> = listing
-                .touched
-                .iter()
-                .filter(|(_, last)| alone && **last + RIPE_AFTER <= part)
-                .map(|(uid, _)| uid.clone())
-                .collect();
-            for uid in ripe {
-                listing.touched.remove(&uid);
-                listing.dirty.remove(&uid);
-                self.writer.dirty.insert(uid);
-            }
-        }
-        listing.dirty.extend(staged);
-        self.writer.listings.insert(source, listing);
-    }
-
-    /// Ends the open list of `source`: what the source held and the list did not is removed,
-    /// and the roots the list affected are resolved with this batch. Returns the skipped
-    /// objects (nothing without an open list).
-    pub fn finish_list(&mut self, source: &str) -> Skipped {
-        let Some(listing) = self.writer.listings.remove(source) else {
-            return Skipped::default();
-        };
-        let outside = std::mem::take(&mut self.writer.dirty);
-        self.remove_stale(source, &listing.seen);
-        let mut dirty = std::mem::replace(&mut self.writer.dirty, outside);
-        dirty.extend(listing.dirty);
-        match self.writer.listings.values_mut().next() {
-            // Before the index first syncs, nothing is served yet: a list that ends while
-            // another is still arriving hands its roots over to that one, so a root whose
-            // pods are still arriving is resolved once, when they are in. (A list that
-            // starts over gives back what it held: see `begin_list`.)
-            Some(open) if !self.index.synced() => {
-                self.handed.extend(dirty.iter().cloned());
-                open.dirty.extend(dirty);
-            }
-            _ => self.writer.dirty.extend(dirty),
-        }
-        listing.skipped
-    }
-
-    /// Resolves, with this batch, the roots lists that are still open hold (what lists
-    /// that ended before the index synced handed over to them; see [`Batch::finish_list`]):
-    /// once the index is synced, a list still open is one that is failing or stuck.
-    pub fn release_open_lists(&mut self) {
-        let writer = &mut *self.writer;
-        for listing in writer.listings.values_mut() {
-            writer.dirty.append(&mut listing.dirty);
-        }
-    }
-
     /// Removes what `source` holds beyond `seen`.
-    fn remove_stale(&mut self, source: &str, seen: &HashSet<String>) {
+    pub(super) fn remove_stale(&mut self, source: &str, seen: &HashSet<String>) {
         let stale: Vec<Uid> = self
             .index
             .objects()
-            .entries
             .iter()
             .filter(|(uid, e)| e.source.as_ref() == source && !seen.contains(uid.as_ref()))
             .map(|(uid, _)| uid.clone())
@@ -229,7 +122,13 @@ impl Batch<'_> {
 
     /// Re-resolves every workload under the catalog in effect.
     pub fn reresolve(&mut self) {
-        let all: Vec<Uid> = self.index.objects().entries.keys().cloned().collect();
+        let all: Vec<Uid> = self
+            .index
+            .objects()
+            .iter()
+            .map(|(k, _)| k)
+            .cloned()
+            .collect();
         self.writer.dirty.extend(all);
     }
 
@@ -244,7 +143,6 @@ impl Batch<'_> {
         }
         let objects = self.index.objects();
         let affected: Vec<Uid> = objects
-            .entries
             .iter()
             .filter(|(_, e)| {
                 // Objects of a changed kind, and objects a changed kind controls (their

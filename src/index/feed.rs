@@ -264,15 +264,7 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
                 Op::FinishList(source, done) => {
                     replies.push((done, batch.finish_list(&source)));
                     let handed = std::mem::take(&mut batch.handed);
-                    if !handed.is_empty() {
-                        // Beside the rest of the download (no thread to be had: the roots
-                        // are prepared when resolved).
-                        let index = index.clone();
-                        let _ = std::thread::Builder::new()
-                            .name("kartograf-prepare".into())
-                            .stack_size(WRITER_STACK)
-                            .spawn(move || index.prepare_ahead(&handed));
-                    }
+                    index.prepare_ahead_beside(handed);
                 }
                 Op::Reresolve(previous) => batch.reresolve_since(&previous),
                 op @ (Op::MarkSynced(_) | Op::Barrier(_)) => after.push(op),

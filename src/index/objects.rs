@@ -29,7 +29,9 @@ pub(super) struct Entry {
 /// critical sections (never while evaluating); read by name and pod lookups.
 #[derive(Default)]
 pub(super) struct Objects {
-    pub(super) entries: HashMap<Uid, Entry>,
+    /// By uid; read through [`Objects::get`] and the other accessors, written only by
+    /// [`Objects::put`] and [`Objects::take`].
+    entries: HashMap<Uid, Entry>,
     /// (apiVersion-less kind, namespace, name) -> uid.
     pub(super) by_name: NameIndex,
     /// owner uid -> uids of objects whose controller it is.
@@ -42,6 +44,96 @@ pub(super) struct Objects {
 }
 
 impl Objects {
+    /// The entry of `uid`.
+    pub(super) fn get(&self, uid: &str) -> Option<&Entry> {
+        self.entries.get(uid)
+    }
+
+    /// The entry of `uid`, to change in place (its cached copy or root hint; never its
+    /// links or name: those change through [`Objects::put`]).
+    pub(super) fn get_mut(&mut self, uid: &str) -> Option<&mut Entry> {
+        self.entries.get_mut(uid)
+    }
+
+    /// The map's shared copy of `uid` and its entry.
+    pub(super) fn get_key_value(&self, uid: &str) -> Option<(&Uid, &Entry)> {
+        self.entries.get_key_value(uid)
+    }
+
+    /// How many objects (pods included) are cached.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Every cached object.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&Uid, &Entry)> {
+        self.entries.iter()
+    }
+
+    /// The objects as an owner graph (for controller chains).
+    pub(super) fn graph(&self) -> Graph<'_> {
+        Graph(&self.entries)
+    }
+
+    /// Stores `entry` under `shared` (its uid), replacing what was there: unlinks the old
+    /// copy's controller link and name, links the new one, keeps the pod count. `affected`
+    /// is called with the store before the change and after it, so the caller can mark the
+    /// roots the object belonged to and belongs to now.
+    pub(super) fn put(
+        &mut self,
+        shared: Uid,
+        mut entry: Entry,
+        affected: &mut dyn FnMut(&Objects),
+    ) {
+        let uid = shared.clone();
+        if let Some(old) = self.entries.get(uid.as_ref()) {
+            entry.root = old.root.clone();
+            let old_meta = old.cached.meta().clone();
+            unlink(self, &uid, &old_meta);
+        }
+        affected(self);
+        if let Some(owner) = entry.cached.meta().controller() {
+            let owner = self.uid(&owner.uid);
+            self.children
+                .entry(owner)
+                .or_default()
+                .insert(shared.clone());
+        }
+        let is_pod = matches!(entry.cached, Cached::Pod(_));
+        let name_meta = entry.cached.clone();
+        let replaced = self.entries.insert(shared.clone(), entry);
+        let was_pod = replaced
+            .as_ref()
+            .is_some_and(|e| matches!(e.cached, Cached::Pod(_)));
+        match (is_pod, was_pod) {
+            (true, false) => self.pods += 1,
+            (false, true) => self.pods -= 1,
+            _ => {}
+        }
+        let Objects {
+            entries, by_name, ..
+        } = self;
+        by_name.insert(&Graph(entries), Name::of(name_meta.meta()), shared);
+        affected(self);
+    }
+
+    /// Removes `uid` with its links, name and note; `affected` is called with the store
+    /// before the change. Nothing happens when it is not cached.
+    pub(super) fn take(&mut self, uid: &str, affected: &mut dyn FnMut(&Objects)) {
+        let Some(entry) = self.entries.get(uid) else {
+            return;
+        };
+        let meta = entry.cached.meta().clone();
+        affected(self);
+        unlink(self, uid, &meta);
+        if let Some(old) = self.entries.remove(uid) {
+            if matches!(old.cached, Cached::Pod(_)) {
+                self.pods -= 1;
+            }
+            self.notes.remove(uid);
+        }
+    }
+
     /// The shared copy of `uid` when a map already holds one, else a new one.
     pub(super) fn uid(&self, uid: &str) -> Uid {
         self.entries
@@ -158,7 +250,7 @@ impl Objects {
 }
 
 /// The objects as an owner graph (for controller chains).
-pub(super) struct Graph<'a>(pub(super) &'a HashMap<Uid, Entry>);
+pub(super) struct Graph<'a>(&'a HashMap<Uid, Entry>);
 
 impl OwnerGraph for Graph<'_> {
     fn meta(&self, uid: &str) -> Option<&ObjectMeta> {

@@ -2,8 +2,8 @@
 //! beyond what the server does: any object found by kind and name, resolution on demand
 //! (also of an object another workload owns), and owner cycles.
 
-use super::objects::Graph;
-use super::{Gathered, Index, Uid};
+use super::settle::Gathered;
+use super::{Index, Uid};
 use crate::model::ObjectMeta;
 use crate::model::ownership::{self, Root};
 use crate::resolve::{self, Resolution};
@@ -22,8 +22,8 @@ impl Index {
     /// Metadata of every cached object (pods included) `keep` accepts, in no particular order.
     pub fn objects_where(&self, keep: impl Fn(&ObjectMeta) -> bool) -> Vec<ObjectMeta> {
         self.objects()
-            .entries
-            .values()
+            .iter()
+            .map(|(_, e)| e)
             .map(|e| e.cached.meta())
             .filter(|m| keep(m))
             .cloned()
@@ -35,10 +35,10 @@ impl Index {
     pub fn roots(&self) -> Vec<ObjectMeta> {
         let catalog = self.catalog();
         let objects = self.objects();
-        let graph = Graph(&objects.entries);
+        let graph = objects.graph();
         objects
-            .entries
-            .values()
+            .iter()
+            .map(|(_, e)| e)
             .map(|e| e.cached.meta())
             .filter(|m| ownership::root_of(m, &graph, &catalog) == Root::Itself)
             .cloned()
@@ -78,10 +78,10 @@ impl Index {
     /// A line for every cached object whose controller chain runs into an owner cycle.
     pub fn owner_cycles(&self) -> Vec<String> {
         let objects = self.objects();
-        let graph = Graph(&objects.entries);
+        let graph = objects.graph();
         let mut out: Vec<String> = objects
-            .entries
-            .values()
+            .iter()
+            .map(|(_, e)| e)
             .map(|e| e.cached.meta())
             .filter_map(|meta| {
                 ownership::cycle_above(meta, &graph).map(|names| {

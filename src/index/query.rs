@@ -2,7 +2,6 @@
 
 use super::Index;
 use super::names::Name;
-use super::objects::Graph;
 use crate::board::{AttributedPod, Change, Filter, PodMiss, Published, Sizes, TotalsKey};
 use crate::model::ownership::{Root, root_of};
 use crate::proto::v1 as pb;
@@ -13,7 +12,7 @@ impl Index {
     pub fn sizes(&self) -> Sizes {
         let (entries, pods) = {
             let objects = self.objects();
-            (objects.entries.len(), objects.pods)
+            (objects.len(), objects.pods)
         };
         Sizes {
             objects: entries.saturating_sub(pods),
@@ -43,7 +42,7 @@ impl Index {
                         .components()
                         .filter(|(_, component)| !component.is_empty())
                         .filter_map(|(uid, component)| {
-                            let meta = objects.entries.get(uid)?.cached.meta();
+                            let meta = objects.get(uid)?.cached.meta();
                             Some(AttributedPod {
                                 namespace: meta.namespace.clone(),
                                 name: meta.name.clone(),
@@ -87,7 +86,7 @@ impl Index {
                 let objects = self.objects();
                 objects
                     .by_name
-                    .get_ignoring_kind_case(&Graph(&objects.entries), key)
+                    .get_ignoring_kind_case(&objects.graph(), key)
                     .cloned()
             };
             let found = uid
@@ -114,8 +113,8 @@ impl Index {
         };
         objects
             .by_name
-            .get_ignoring_kind_case(&Graph(&objects.entries), key)
-            .and_then(|uid| objects.entries.get(uid))
+            .get_ignoring_kind_case(&objects.graph(), key)
+            .and_then(|uid| objects.get(uid))
             .map(|e| e.cached.meta().api_version.clone())
     }
 
@@ -143,18 +142,18 @@ impl Index {
                 };
                 objects
                     .by_name
-                    .get(&Graph(&objects.entries), key)
+                    .get(&objects.graph(), key)
                     .cloned()
                     .ok_or(PodMiss::NotCached)?
             } else {
                 objects.uid(&r.uid)
             };
-            let entry = objects.entries.get(&uid).ok_or(PodMiss::NotCached)?;
+            let entry = objects.get(&uid).ok_or(PodMiss::NotCached)?;
             let root = entry.root.clone().ok_or(PodMiss::InNoWorkload)?;
             // The root last resolved with the pod, if the pod's controller chain still
             // leads there (it may have moved to an owner that is not cached).
             let catalog = self.catalog.load();
-            let still = match root_of(entry.cached.meta(), &Graph(&objects.entries), &catalog) {
+            let still = match root_of(entry.cached.meta(), &objects.graph(), &catalog) {
                 Root::Itself => root == uid,
                 Root::Owner(owner) => owner.uid == *root,
                 Root::Uncovered(_) => false,
@@ -197,7 +196,7 @@ impl Index {
     /// with this uid.
     pub fn object_ref(&self, uid: &str) -> Option<pb::ObjectRef> {
         let objects = self.objects();
-        let meta = objects.entries.get(uid)?.cached.meta();
+        let meta = objects.get(uid)?.cached.meta();
         Some(pb::ObjectRef {
             api_version: meta.api_version.clone(),
             kind: meta.kind.clone(),

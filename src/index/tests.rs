@@ -248,7 +248,7 @@ fn a_flush_of_many_roots_resolves_them_all_across_threads() {
     let index = Index::new(catalog(), &[]);
     // More dirty roots than one thread settles alone, with 1 to 40 pods each (threads
     // take roots as they go: the results must still be each root's own, in any order).
-    let n = super::PARALLEL_FROM * 3 + 1;
+    let n = super::settle::PARALLEL_FROM * 3 + 1;
     let pods_of = |i: usize| if i.is_multiple_of(17) { 40 } else { i % 3 + 1 };
     let mut docs = Vec::new();
     for i in 0..n {
@@ -314,7 +314,7 @@ fn an_object_and_its_key_share_one_copy_of_the_uid() {
     index.apply(&changed, "files").unwrap();
     let objects = index.objects();
     for uid in ["uid-a", "uid-a-p"] {
-        let (key, entry) = objects.entries.get_key_value(uid).unwrap();
+        let (key, entry) = objects.get_key_value(uid).unwrap();
         assert!(
             std::sync::Arc::ptr_eq(key, &entry.cached.meta().uid),
             "{uid}: two copies"
@@ -379,7 +379,7 @@ fn roots_handed_over_before_the_first_sync_can_be_prepared_while_their_pods_arri
     assert_eq!(names, ["uid-a"]);
     let uid = |name: &str| {
         let objects = index.objects();
-        objects.entries.get_key_value(name).unwrap().0.clone()
+        objects.get_key_value(name).unwrap().0.clone()
     };
     let catalog = index.catalog.load_full();
     let prepared_version = |name: &str, kind: &str| {
@@ -389,7 +389,7 @@ fn roots_handed_over_before_the_first_sync_can_be_prepared_while_their_pods_arri
     assert_eq!(prepared_version("uid-a", "Group"), None);
     // A non-root (the member its group owns) is skipped.
     index.prepare_ahead(&[handed[0].clone(), uid("uid-a-0")]);
-    let version = index.objects().entries.get("uid-a").unwrap().version;
+    let version = index.objects().get("uid-a").unwrap().version;
     assert_eq!(prepared_version("uid-a", "Group"), Some(version));
     assert_eq!(prepared_version("uid-a-0", "Member"), None, "not a root");
     // Resolved when the pods are in, with what was prepared.
@@ -435,7 +435,7 @@ fn before_the_first_sync_a_root_the_open_list_stopped_touching_is_resolved_befor
     part(&[pod("a-0-p", "a-0")]);
     // Parts of pods of nothing cached: a is not touched again. While another list is still
     // arriving (it might touch a), a waits.
-    for i in 1..super::batch::RIPE_AFTER * 2 {
+    for i in 1..super::listing::RIPE_AFTER * 2 {
         part(&[pod(&format!("x-{i}"), "x")]);
         assert!(workloads(&index).is_empty(), "part {i}: too early");
     }
@@ -458,7 +458,7 @@ fn before_the_first_sync_a_root_the_open_list_stopped_touching_is_resolved_befor
     index.mark_synced("cluster");
     index.batch().begin_list("pods");
     part(&[pod("a-0-r", "a-0")]);
-    for i in 0..super::batch::RIPE_AFTER * 2 {
+    for i in 0..super::listing::RIPE_AFTER * 2 {
         part(&[pod(&format!("y-{i}"), "y")]);
     }
     assert_eq!(pods("uid-a"), Some(2));

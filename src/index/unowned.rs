@@ -5,7 +5,6 @@
 //! cost report would otherwise file under "unallocated".
 
 use super::Index;
-use super::objects::Graph;
 use crate::board::UnownedGpuPod;
 use crate::model::Cached;
 use crate::model::ownership;
@@ -20,7 +19,6 @@ impl Index {
         let gpu_pods: Vec<(super::Uid, Option<super::Uid>)> = {
             let objects = self.objects();
             objects
-                .entries
                 .iter()
                 .filter(|(_, entry)| match &entry.cached {
                     Cached::Pod(pod) => pod.holds_resources() && pod.request.proto.gpus > 0.0,
@@ -43,10 +41,10 @@ impl Index {
         };
         let mut out: Vec<UnownedGpuPod> = {
             let objects = self.objects();
-            let graph = Graph(&objects.entries);
+            let graph = objects.graph();
             unplaced
                 .iter()
-                .filter_map(|uid| match &objects.entries.get(uid)?.cached {
+                .filter_map(|uid| match &objects.get(uid)?.cached {
                     Cached::Pod(pod) => {
                         let chain = ownership::controller_chain(&pod.meta, &graph);
                         let top = chain.last();
