@@ -34,7 +34,7 @@ impl Batch<'_> {
 
     /// [`Batch::apply`] of an object converted by the caller (a pod keeping its value; see
     /// [`Cached::from_json_keeping_value`]).
-    pub fn apply_converted(&mut self, cached: Cached, source: &str) -> String {
+    pub(super) fn apply_converted(&mut self, cached: Cached, source: &str) -> String {
         let is_pod = matches!(cached, Cached::Pod(_));
         let uid = self.index.insert(&mut self.writer, cached, source);
         // The pod as stored (an unchanged update keeps the cached copy, which holds no value).
@@ -47,18 +47,13 @@ impl Batch<'_> {
     }
 
     /// Removes one object by uid (or identity).
-    pub fn delete(&mut self, uid: &str) {
+    pub(super) fn delete(&mut self, uid: &str) {
         self.index.remove(&mut self.writer, uid);
-    }
-
-    /// Adds or replaces one converted object from `source`.
-    pub fn upsert(&mut self, cached: Cached, source: &str) -> String {
-        self.index.insert(&mut self.writer, cached, source)
     }
 
     /// Attaches a note to an object (or removes it with `None`); the workloads it is part
     /// of carry it as a `source_note` diagnostic.
-    pub fn note(&mut self, uid: &str, note: Option<&str>) {
+    pub(super) fn note(&mut self, uid: &str, note: Option<&str>) {
         let catalog = self.index.catalog.load();
         let mut objects = self.index.objects_mut();
         let shared = objects.uid(uid);
@@ -81,7 +76,11 @@ impl Batch<'_> {
     }
 
     /// Replaces everything `source` holds (see [`Index::reset_converted`]).
-    pub fn reset_converted(&mut self, source: &str, items: Vec<Result<Cached, Skip>>) -> Skipped {
+    pub(super) fn reset_converted(
+        &mut self,
+        source: &str,
+        items: Vec<Result<Cached, Skip>>,
+    ) -> Skipped {
         let mut skipped = Skipped::default();
         let mut seen = HashSet::new();
         for item in items {

@@ -9,6 +9,7 @@
 //! operations are in flight.
 
 use super::Index;
+use super::write::{Incoming, Write};
 use crate::definition::Catalog;
 use crate::model::Cached;
 use crate::model::{Skip, SkipCounts, Skipped};
@@ -25,18 +26,13 @@ pub(super) const WRITER_STACK: usize = 32 * 1024 * 1024;
 pub const BATCH: usize = 1024;
 
 enum Op {
-    Apply(Json, Arc<str>, OwnedSemaphorePermit),
-    ApplyConverted(Result<Cached, Skip>, Arc<str>, OwnedSemaphorePermit),
-    Delete(String, OwnedSemaphorePermit),
-    Reset(
-        Arc<str>,
-        Vec<Result<Cached, Skip>>,
-        oneshot::Sender<Skipped>,
+    /// Writes applied in order in one batch; the permit bounds the queue, the sender (if
+    /// any) hears what they skipped once they are applied.
+    Writes(
+        Vec<Write>,
+        Option<OwnedSemaphorePermit>,
+        Option<oneshot::Sender<Skipped>>,
     ),
-    Update(Arc<str>, Update, oneshot::Sender<Skipped>),
-    BeginList(Arc<str>),
-    Stage(Arc<str>, Vec<Result<Cached, Skip>>, OwnedSemaphorePermit),
-    FinishList(Arc<str>, oneshot::Sender<Skipped>),
     Reresolve(Arc<Catalog>),
     MarkSynced(String),
     Barrier(oneshot::Sender<()>),
@@ -57,6 +53,30 @@ pub struct Update {
 }
 
 impl Update {
+    /// The writes that make this update, in order: counts, upserts, deletions, notes.
+    pub fn into_writes(self, source: &str) -> Vec<Write> {
+        let source: Arc<str> = Arc::from(source);
+        let mut writes =
+            Vec::with_capacity(1 + self.upserts.len() + self.deletes.len() + self.notes.len());
+        if !self.skipped.is_empty() {
+            writes.push(Write::CountSkipped {
+                source: source.clone(),
+                counts: self.skipped,
+            });
+        }
+        writes.extend(self.upserts.into_iter().map(|c| Write::Apply {
+            source: source.clone(),
+            object: Incoming::Converted(Ok(c)),
+        }));
+        writes.extend(self.deletes.into_iter().map(|uid| Write::Delete { uid }));
+        writes.extend(
+            self.notes
+                .into_iter()
+                .map(|(uid, note)| Write::Note { uid, note }),
+        );
+        writes
+    }
+
     /// True when it changes and counts nothing.
     pub fn is_empty(&self) -> bool {
         self.upserts.is_empty()
@@ -94,98 +114,92 @@ impl Feed {
         }
     }
 
-    async fn permit(&self) -> Option<OwnedSemaphorePermit> {
-        self.permits.clone().acquire_owned().await.ok()
+    /// Sends one write, applied in order with everything sent before; waits (for a write
+    /// that carries objects) while the writer is [`QUEUE`] objects behind. What it skips is
+    /// logged.
+    pub async fn write(&self, write: Write) {
+        let weight = u32::try_from(write.weight().min(QUEUE)).unwrap_or(1);
+        let permit = if weight == 0 {
+            None
+        } else {
+            match self.permits.clone().acquire_many_owned(weight).await {
+                Ok(p) => Some(p),
+                Err(_) => return,
+            }
+        };
+        let _ = self.tx.send(Op::Writes(vec![write], permit, None));
     }
 
-    /// Adds or replaces one object from `source`.
+    /// Queues `writes`, applied together in one batch after everything sent before; the
+    /// receiver hears what they skipped once they are applied. For producers on a blocking
+    /// thread that keep working meanwhile.
+    pub fn write_queued(&self, writes: Vec<Write>) -> oneshot::Receiver<Skipped> {
+        let (done, applied) = oneshot::channel();
+        let _ = self.tx.send(Op::Writes(writes, None, Some(done)));
+        applied
+    }
+
+    /// Applies `writes` together in one batch; waits until they are applied and returns
+    /// what they skipped.
+    pub async fn write_all(&self, writes: Vec<Write>) -> Skipped {
+        self.write_queued(writes).await.unwrap_or_default()
+    }
+
+    /// Adds or replaces one object from `source` ([`Write::Apply`]).
     pub async fn apply(&self, json: Json, source: &str) {
-        if let Some(p) = self.permit().await {
-            let _ = self.tx.send(Op::Apply(json, Arc::from(source), p));
-        }
+        let object = Incoming::Json(json);
+        self.write(Write::Apply {
+            source: Arc::from(source),
+            object,
+        })
+        .await;
     }
 
     /// Adds or replaces one object converted by the caller (see [`Cached::from_parsed`]).
     pub async fn apply_converted(&self, cached: Result<Cached, Skip>, source: &str) {
-        if let Some(p) = self.permit().await {
-            let _ = self
-                .tx
-                .send(Op::ApplyConverted(cached, Arc::from(source), p));
-        }
+        let object = Incoming::Converted(cached);
+        self.write(Write::Apply {
+            source: Arc::from(source),
+            object,
+        })
+        .await;
     }
 
-    /// Removes one object by uid (or identity).
+    /// Removes one object by uid (or identity) ([`Write::Delete`]).
     pub async fn delete(&self, uid: String) {
-        if let Some(p) = self.permit().await {
-            let _ = self.tx.send(Op::Delete(uid, p));
-        }
+        self.write(Write::Delete { uid }).await;
     }
 
-    /// Replaces everything `source` holds (see [`Index::reset_converted`]); returns the
-    /// skipped documents once applied.
+    /// Replaces everything `source` holds ([`Write::Reset`]); returns the skipped documents
+    /// once applied.
     pub async fn reset(&self, source: &str, items: Vec<Result<Cached, Skip>>) -> Skipped {
-        let (done, applied) = oneshot::channel();
-        if self
-            .tx
-            .send(Op::Reset(Arc::from(source), items, done))
-            .is_err()
-        {
-            return Skipped::default();
-        }
-        applied.await.unwrap_or_default()
+        let source = Arc::from(source);
+        self.write_all(vec![Write::Reset { source, items }]).await
     }
 
     /// Starts a list of `source` received in parts: [`Feed::stage`] each part as it
     /// arrives, then [`Feed::finish_list`]. Parts are stored at once; the workloads they
-    /// affect are resolved once, when the list ends (a list in parts never resolves a root
-    /// once per part that brings one of its pods).
+    /// affect are resolved as `listing.rs` schedules.
     pub fn begin_list(&self, source: &str) {
-        let _ = self.tx.send(Op::BeginList(Arc::from(source)));
+        let source = Arc::from(source);
+        let _ = self
+            .tx
+            .send(Op::Writes(vec![Write::BeginList { source }], None, None));
     }
 
     /// Applies part of the open list of `source`; waits while the writer is [`QUEUE`]
     /// objects behind.
     pub async fn stage(&self, source: &str, items: Vec<Result<Cached, Skip>>) {
-        let n = u32::try_from(items.len().clamp(1, QUEUE)).unwrap_or(1);
-        if let Ok(p) = self.permits.clone().acquire_many_owned(n).await {
-            let _ = self.tx.send(Op::Stage(Arc::from(source), items, p));
-        }
+        let source = Arc::from(source);
+        self.write(Write::Stage { source, items }).await;
     }
 
     /// Ends the open list of `source` (see [`Feed::begin_list`]): removes what it held and
     /// the list did not, resolves what the list changed; returns the skipped documents once
     /// applied.
     pub async fn finish_list(&self, source: &str) -> Skipped {
-        let (done, applied) = oneshot::channel();
-        if self
-            .tx
-            .send(Op::FinishList(Arc::from(source), done))
-            .is_err()
-        {
-            return Skipped::default();
-        }
-        applied.await.unwrap_or_default()
-    }
-
-    /// Queues incremental changes of `source` (applied in order with everything queued
-    /// before); the receiver fires once they are applied. For producers on a blocking thread
-    /// that keep working meanwhile.
-    pub fn update_queued(&self, source: &str, update: Update) -> oneshot::Receiver<Skipped> {
-        let (done, applied) = oneshot::channel();
-        let _ = self.tx.send(Op::Update(Arc::from(source), update, done));
-        applied
-    }
-
-    /// Applies incremental changes of `source` in one batch; waits until they are applied.
-    pub async fn update(&self, source: &str, update: Update) {
-        let (done, applied) = oneshot::channel();
-        if self
-            .tx
-            .send(Op::Update(Arc::from(source), update, done))
-            .is_ok()
-        {
-            let _ = applied.await;
-        }
+        let source = Arc::from(source);
+        self.write_all(vec![Write::FinishList { source }]).await
     }
 
     /// Publishes `catalog` at once (lookups and new resolutions use it from now on) and
@@ -213,6 +227,19 @@ impl Feed {
     }
 }
 
+/// The source a write names (empty for one that names none), for its log lines.
+fn write_source(write: &Write) -> Arc<str> {
+    match write {
+        Write::Apply { source, .. }
+        | Write::Reset { source, .. }
+        | Write::BeginList { source }
+        | Write::Stage { source, .. }
+        | Write::FinishList { source }
+        | Write::CountSkipped { source, .. } => source.clone(),
+        Write::Delete { .. } | Write::Note { .. } => Arc::from(""),
+    }
+}
+
 fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
     while let Some(first) = rx.blocking_recv() {
         let Some(index) = index.upgrade() else {
@@ -226,45 +253,26 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
         while let Some(op) = next.take() {
             taken += 1;
             match op {
-                Op::Apply(json, source, _permit) => {
-                    if let Err(e) = batch.apply(&json, &source) {
-                        tracing::warn!(source = %source, "object skipped: {e}");
+                Op::Writes(writes, _permit, reply) => {
+                    let mut skipped = Skipped::default();
+                    for write in writes {
+                        let finishing = matches!(write, Write::FinishList { .. });
+                        let source = write_source(&write);
+                        let these = batch.write(write);
+                        if reply.is_none() {
+                            for line in these.lines() {
+                                tracing::warn!(source = %source, "object skipped: {line}");
+                            }
+                        }
+                        skipped.merge(these);
+                        if finishing {
+                            let handed = std::mem::take(&mut batch.handed);
+                            index.prepare_ahead_beside(handed);
+                        }
                     }
-                }
-                Op::ApplyConverted(cached, source, _permit) => match cached {
-                    Ok(c) => {
-                        batch.apply_converted(c, &source);
+                    if let Some(done) = reply {
+                        replies.push((done, skipped));
                     }
-                    Err(e) => {
-                        index.count_skip(&source, &e);
-                        tracing::warn!(source = %source, "object skipped: {e}");
-                    }
-                },
-                Op::Delete(uid, _permit) => batch.delete(&uid),
-                Op::Reset(source, items, done) => {
-                    replies.push((done, batch.reset_converted(&source, items)));
-                }
-                Op::Update(source, update, done) => {
-                    if !update.skipped.is_empty() {
-                        index.count_skips(&source, |c| c.merge(&update.skipped));
-                    }
-                    for cached in update.upserts {
-                        batch.upsert(cached, &source);
-                    }
-                    for uid in &update.deletes {
-                        batch.delete(uid);
-                    }
-                    for (uid, note) in &update.notes {
-                        batch.note(uid, note.as_deref());
-                    }
-                    replies.push((done, Skipped::default()));
-                }
-                Op::BeginList(source) => batch.begin_list(&source),
-                Op::Stage(source, items, _permit) => batch.stage(&source, items),
-                Op::FinishList(source, done) => {
-                    replies.push((done, batch.finish_list(&source)));
-                    let handed = std::mem::take(&mut batch.handed);
-                    index.prepare_ahead_beside(handed);
                 }
                 Op::Reresolve(previous) => batch.reresolve_since(&previous),
                 op @ (Op::MarkSynced(_) | Op::Barrier(_)) => after.push(op),

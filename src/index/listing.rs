@@ -47,7 +47,7 @@ impl Batch<'_> {
     /// Starts a list of `source` received in parts ([`Batch::stage`], then
     /// [`Batch::finish_list`]); a list of it still open is abandoned (what it applied stays,
     /// and its roots are resolved with this batch).
-    pub fn begin_list(&mut self, source: &str) {
+    pub(super) fn begin_list(&mut self, source: &str) {
         let source = self.writer.source(source);
         if let Some(old) = self.writer.listings.insert(source, OpenList::default()) {
             self.writer.dirty.extend(old.dirty);
@@ -64,7 +64,7 @@ impl Batch<'_> {
     /// beside the rest of the download — a list comes sorted by namespace and name, and a
     /// workload's pods share its name, so its pods are most likely all in. One touched again
     /// later is resolved again when the list ends.
-    pub fn stage(&mut self, source: &str, items: Vec<Result<Cached, Skip>>) {
+    pub(super) fn stage(&mut self, source: &str, items: Vec<Result<Cached, Skip>>) {
         let source = self.writer.source(source);
         let mut listing = self.writer.listings.remove(&source).unwrap_or_default();
         let outside = std::mem::take(&mut self.writer.dirty);
@@ -109,7 +109,7 @@ impl Batch<'_> {
     /// Ends the open list of `source`: what the source held and the list did not is removed,
     /// and the roots the list affected are resolved with this batch. Returns the skipped
     /// objects (nothing without an open list).
-    pub fn finish_list(&mut self, source: &str) -> Skipped {
+    pub(super) fn finish_list(&mut self, source: &str) -> Skipped {
         let Some(listing) = self.writer.listings.remove(source) else {
             return Skipped::default();
         };

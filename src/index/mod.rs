@@ -17,6 +17,7 @@ mod offline;
 mod query;
 mod settle;
 mod unowned;
+mod write;
 
 #[cfg(test)]
 mod tests;
@@ -24,6 +25,7 @@ mod tests;
 pub use batch::Batch;
 pub use feed::{Feed, Update};
 pub use offline::OnDemand;
+pub use write::{Incoming, Write};
 
 use crate::board::{Board, DEFAULT_HISTORY, Key, SourceProblem};
 use crate::model::{Skip, SkipCounts, Skipped};

@@ -97,6 +97,13 @@ impl Skipped {
         self.total == 0
     }
 
+    /// Adds `other`'s skips (its kept reasons while there is room).
+    pub fn merge(&mut self, other: Skipped) {
+        let room = Skipped::KEPT.saturating_sub(self.first.len());
+        self.first.extend(other.first.into_iter().take(room));
+        self.total = self.total.saturating_add(other.total);
+    }
+
     /// One line per kept reason, and one for the number of the others.
     pub fn lines(&self) -> impl Iterator<Item = String> + '_ {
         let more = self.total.saturating_sub(self.first.len() as u64);

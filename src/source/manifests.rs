@@ -537,9 +537,9 @@ pub async fn run_with(index: Arc<Index>, dir: PathBuf, rescan: Duration) {
             log_skipped(skipped);
             let mut queued = Vec::new();
             let rest = set.scan_streaming(&mut |update| {
-                queued.push(feed.update_queued(SOURCE, update));
+                queued.push(feed.write_queued(update.into_writes(SOURCE)));
             });
-            queued.push(feed.update_queued(SOURCE, rest));
+            queued.push(feed.write_queued(rest.into_writes(SOURCE)));
             for applied in queued {
                 log_skipped(runtime.block_on(applied).unwrap_or_default());
             }
@@ -562,7 +562,7 @@ pub async fn run_with(index: Arc<Index>, dir: PathBuf, rescan: Duration) {
             tracing::info!(dir = %dir.display(), objects = set.objects(), revision = index.revision(), "manifests loaded");
         } else if !update.is_empty() {
             let (upserts, deletes) = (update.upserts.len(), update.deletes.len());
-            feed.update(SOURCE, update).await;
+            log_skipped(feed.write_all(update.into_writes(SOURCE)).await);
             tracing::info!(
                 changed = upserts,
                 removed = deletes,

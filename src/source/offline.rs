@@ -5,7 +5,7 @@
 
 use crate::definition::Catalog;
 use crate::expr::Limits;
-use crate::index::{Index, OnDemand};
+use crate::index::{Incoming, Index, OnDemand, Write};
 use crate::model::Skip;
 use crate::model::{Cached, ObjectMeta, Pod};
 use crate::resolve::Resolution;
@@ -157,8 +157,12 @@ impl Snapshot {
         let index = Arc::new(Index::new(catalog.clone(), &[]));
         {
             let mut batch = index.batch();
+            let source: Arc<str> = Arc::from("files");
             for c in &self.objects {
-                batch.upsert(c.clone(), "files");
+                batch.write(Write::Apply {
+                    source: source.clone(),
+                    object: Incoming::Converted(Ok(c.clone())),
+                });
             }
             batch.skip_resolution();
         }

@@ -298,10 +298,10 @@ fn note_on_an_intermediate_object_reaches_the_workload() {
     {
         let mut batch = index.batch();
         // The workers-0 Job.
-        batch.note(
-            "3f1c2a9e-0001-4000-8000-000000000004",
-            Some("defined in two files"),
-        );
+        batch.write(kartograf::index::Write::Note {
+            uid: "3f1c2a9e-0001-4000-8000-000000000004".to_owned(),
+            note: Some("defined in two files".to_owned()),
+        });
     }
     let w = index.workload(&jobset_ref()).expect("jobset");
     assert!(
