@@ -168,7 +168,7 @@ pub fn walk(root: &Path, accept: impl Fn(&Path) -> bool) -> Walk {
 
 /// The text of the file at `path` for a caller that reads a tree once (CLI, aggregator):
 /// read as the watchers read it (a regular file of at most [`max_file_bytes`], text only).
-pub fn read_text(path: &Path) -> Result<String, String> {
+pub fn read_text(path: &Path) -> Result<String, read::ReadError> {
     READS.fetch_add(1, Ordering::Relaxed);
     read::text_file(path, max_file_bytes())
 }

@@ -15,6 +15,34 @@ const O_NONBLOCK: i32 = 0x4000;
 #[cfg(not(any(target_arch = "mips", target_arch = "mips64", target_arch = "sparc64")))]
 const O_NONBLOCK: i32 = 0o4000;
 
+/// Why a file was not read. Messages never quote the file's content.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Opening or reading failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Not a regular file (what it is instead).
+    #[error("{0} (not a regular file); not read")]
+    Special(&'static str),
+    /// Larger than the cap.
+    #[error("larger than {0} bytes; not read")]
+    TooLarge(u64),
+    /// More bytes than its size says.
+    #[error(
+        "holds more than its size says (a /proc or /sys file, or one growing while read); not read"
+    )]
+    Overfull,
+    /// Its metadata changed during the read.
+    #[error("changed while it was read; read again at the next change")]
+    Changed,
+    /// It holds a NUL byte.
+    #[error("not a text file (it holds NUL bytes); not read")]
+    Nul,
+    /// It is not UTF-8.
+    #[error("not a text file (not UTF-8); not read")]
+    NotUtf8,
+}
+
 /// What a file is when it is not a regular file, for messages.
 pub fn special_kind(meta: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
@@ -35,56 +63,46 @@ pub fn special_kind(meta: &std::fs::Metadata) -> &'static str {
 /// The bytes of the regular file at `path` (links followed), at most `max` of them: a
 /// larger file, a file that is not regular, or one that changed while it was read (its
 /// size, modification time or inode differ after the read) is an error naming why.
-pub fn bytes(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+pub fn bytes(path: &Path, max: u64) -> Result<Vec<u8>, ReadError> {
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(O_NONBLOCK)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let before = file.metadata().map_err(|e| e.to_string())?;
+        .open(path)?;
+    let before = file.metadata()?;
     if !before.is_file() {
-        return Err(format!(
-            "{} (not a regular file); not read",
-            special_kind(&before)
-        ));
+        return Err(ReadError::Special(special_kind(&before)));
     }
     if before.len() > max {
-        return Err(format!("larger than {max} bytes; not read"));
+        return Err(ReadError::TooLarge(max));
     }
     // At most one byte more than the size the file reports is read, into one allocation of
     // that size: a file that holds more than it says (`/proc/self/pagemap` says 0 bytes and
     // holds gigabytes) or grows while it is read is refused after one byte.
     let size = before.len();
     let mut out = Vec::with_capacity(usize::try_from(size + 1).unwrap_or(0));
-    (&mut file)
-        .take(size + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| e.to_string())?;
+    (&mut file).take(size + 1).read_to_end(&mut out)?;
     if out.len() as u64 > size {
-        return Err(
-            "holds more than its size says (a /proc or /sys file, or one growing while read); not read"
-                .to_owned(),
-        );
+        return Err(ReadError::Overfull);
     }
-    let after = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    let after = std::fs::metadata(path)?;
     let stamp = |m: &std::fs::Metadata| (m.ino(), m.dev(), m.len(), m.mtime(), m.mtime_nsec());
     if stamp(&before) != stamp(&after) {
-        return Err("changed while it was read; read again at the next change".to_owned());
+        return Err(ReadError::Changed);
     }
     Ok(out)
 }
 
 /// `bytes` as text: an error ("not a text file", without any of its content) when they
 /// hold a NUL byte or are not UTF-8.
-pub fn text(bytes: Vec<u8>) -> Result<String, String> {
+pub fn text(bytes: Vec<u8>) -> Result<String, ReadError> {
     if memchr::memchr(0, &bytes).is_some() {
-        return Err("not a text file (it holds NUL bytes); not read".to_owned());
+        return Err(ReadError::Nul);
     }
-    String::from_utf8(bytes).map_err(|_| "not a text file (not UTF-8); not read".to_owned())
+    String::from_utf8(bytes).map_err(|_| ReadError::NotUtf8)
 }
 
 /// The text of the file at `path`, read with [`bytes`] and checked with [`text`].
-pub fn text_file(path: &Path, max: u64) -> Result<String, String> {
+pub fn text_file(path: &Path, max: u64) -> Result<String, ReadError> {
     text(bytes(path, max)?)
 }
 
@@ -104,7 +122,7 @@ mod tests {
         let d = temp("cap");
         std::fs::write(d.join("a"), "12345").unwrap();
         assert_eq!(bytes(&d.join("a"), 5).unwrap(), b"12345");
-        let e = bytes(&d.join("a"), 4).unwrap_err();
+        let e = bytes(&d.join("a"), 4).unwrap_err().to_string();
         assert!(e.contains("larger than 4 bytes"), "{e}");
     }
 
@@ -117,7 +135,9 @@ mod tests {
         assert_eq!(std::fs::metadata(pagemap).unwrap().len(), 0);
         assert!(bytes(pagemap, 1 << 30).is_err());
         // /proc/self/environ says 0 bytes too: refused, and never quoted.
-        let e = text_file(Path::new("/proc/self/environ"), 1 << 20).unwrap_err();
+        let e = text_file(Path::new("/proc/self/environ"), 1 << 20)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("more than its size says"), "{e}");
         assert!(!e.contains("PATH"), "{e}");
     }
@@ -131,10 +151,12 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success());
-        let e = bytes(&fifo, 1 << 20).unwrap_err();
+        let e = bytes(&fifo, 1 << 20).unwrap_err().to_string();
         assert!(e.contains("a FIFO"), "{e}");
         std::os::unix::fs::symlink("/dev/zero", d.join("zero.yaml")).unwrap();
-        let e = bytes(&d.join("zero.yaml"), 1 << 20).unwrap_err();
+        let e = bytes(&d.join("zero.yaml"), 1 << 20)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a device"), "{e}");
     }
 
@@ -142,6 +164,11 @@ mod tests {
     fn binary_content_is_not_text() {
         assert!(text(b"a: 1\n".to_vec()).is_ok());
         assert!(text(vec![b'a', 0, b'b']).is_err());
-        assert!(text(vec![0xff, 0xfe]).unwrap_err().contains("not UTF-8"));
+        assert!(
+            text(vec![0xff, 0xfe])
+                .unwrap_err()
+                .to_string()
+                .contains("not UTF-8")
+        );
     }
 }

@@ -103,7 +103,7 @@ pub struct Tokens {
 
 /// The token file's text: a regular file of at most [`MAX_TOKEN_FILE_BYTES`], read whole
 /// and unchanged while read (a file that is not text is refused, unquoted).
-fn read(path: &Path) -> Result<String, String> {
+fn read(path: &Path) -> Result<String, crate::folder::read::ReadError> {
     crate::folder::read::text_file(path, MAX_TOKEN_FILE_BYTES)
 }
 
@@ -210,7 +210,7 @@ impl Tokens {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(file = %self.path.display(), error = %e, "token file not read; keeping the previous tokens");
-                self.reject(e);
+                self.reject(e.to_string());
                 return false;
             }
         };

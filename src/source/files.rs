@@ -44,7 +44,7 @@ pub enum Read {
     /// New content, and its hash.
     Changed(String, u64),
     /// It could not be read (it keeps what it gave before).
-    Unreadable(String),
+    Unreadable(crate::folder::read::ReadError),
 }
 
 /// The files of a walk compared with what is known: candidates to read, and files gone.
@@ -120,7 +120,7 @@ impl<T> Tracker<T> {
     pub fn read(&self, c: &Candidate) -> Read {
         let max = max_file_bytes();
         if c.stamp.size() > max {
-            return Read::Unreadable(format!("larger than {max} bytes; not read"));
+            return Read::Unreadable(crate::folder::read::ReadError::TooLarge(max));
         }
         count_read();
         self.reads.fetch_add(1, Ordering::Relaxed);
@@ -388,6 +388,11 @@ mod tests {
         assert_eq!(scan.candidates.len(), 1);
         match t.read(&scan.candidates[0]) {
             Read::Unreadable(why) => {
+                assert!(
+                    matches!(why, crate::folder::read::ReadError::Overfull),
+                    "{why}"
+                );
+                let why = why.to_string();
                 assert!(why.contains("more than its size says"), "{why}");
                 assert!(!why.contains("PATH"), "{why}");
             }

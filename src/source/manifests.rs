@@ -169,7 +169,7 @@ impl ManifestSet {
             let tracker = &self.tracker;
             let read = crate::folder::read_in_parallel(batch, |c| match tracker.read(c) {
                 files::Read::Unchanged => Outcome::Unchanged,
-                files::Read::Unreadable(why) => Outcome::Unreadable(why),
+                files::Read::Unreadable(why) => Outcome::Unreadable(why.to_string()),
                 files::Read::Changed(text, hash) => match convert(&text, limits) {
                     Ok(docs) => Outcome::Parsed(hash, docs),
                     Err(e) => Outcome::Failed(hash, e),
