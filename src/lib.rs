@@ -48,6 +48,7 @@ pub mod drift;
 pub mod excerpt;
 pub mod expr;
 pub mod index;
+pub mod karta;
 pub mod manifest;
 pub mod metrics;
 pub mod model;

@@ -14,6 +14,7 @@ mod hardening;
 mod hostile;
 mod ingest;
 mod karmada;
+mod karta_admission;
 mod kube;
 mod observability;
 mod sources;
