@@ -15,6 +15,7 @@ mod hostile;
 mod ingest;
 mod karmada;
 mod karta_admission;
+mod karta_status;
 mod kube;
 mod observability;
 mod sources;
