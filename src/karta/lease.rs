@@ -191,6 +191,7 @@ pub async fn run(
     let lease = format!("{}/{}", settings.namespace, settings.name);
     let mut candidate = Candidate::new(client, settings);
     let mut renewed: Option<Instant> = None;
+    let mut last_error: Option<u16> = None;
     loop {
         if *shutdown.borrow() {
             break;
@@ -198,11 +199,24 @@ pub async fn run(
         let held = match candidate.try_acquire_or_renew().await {
             Ok(true) => {
                 renewed = Some(Instant::now());
+                last_error = None;
                 true
             }
-            Ok(false) => false,
+            Ok(false) => {
+                last_error = None;
+                false
+            }
             Err(e) => {
-                tracing::warn!(lease = %lease, error = %e, "leader election: the Lease could not be read or written");
+                // Said once per kind of failure, not every retry period (a missing grant
+                // would repeat forever).
+                let kind = match &e {
+                    kube::Error::Api(s) => s.code,
+                    _ => 0,
+                };
+                if last_error != Some(kind) {
+                    tracing::warn!(lease = %lease, error = %e, "leader election: the Lease could not be read or written (retrying; said once)");
+                    last_error = Some(kind);
+                }
                 // A holder keeps leading until its renew deadline passes.
                 renewed.is_some_and(|at| at.elapsed() < deadline)
             }

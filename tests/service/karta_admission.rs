@@ -372,3 +372,154 @@ async fn hostile_objects_get_a_bounded_denial_never_a_crash_or_a_stall() {
     let (code, _) = exchange(stream, "POST", admission::VALIDATE, b"{\"kind\":\"Nope\"}").await;
     assert_eq!(code, 400);
 }
+
+/// The documents of `deploy/webhook/FILE`.
+fn webhook_deploy(file: &str) -> Vec<Json> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/webhook")
+        .join(file);
+    kartograf::manifest::parse_documents(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+#[test]
+fn the_webhook_overlay_routes_to_the_listener_and_grants_what_the_writer_writes() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/webhook");
+    let k = webhook_deploy("kustomization.yaml").remove(0);
+    let listed: std::collections::BTreeSet<String> = k["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.as_str().filter(|r| *r != "../").map(str::to_owned))
+        .collect();
+    let present: std::collections::BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    assert_eq!(listed, present);
+
+    // The base Deployment's 5th argument is the one the overlay flips.
+    let base = kartograf::manifest::parse_documents(
+        &std::fs::read_to_string(dir.join("../deployment.yaml")).unwrap(),
+    )
+    .unwrap()
+    .remove(0);
+    assert_eq!(
+        base["spec"]["template"]["spec"]["containers"][0]["args"][4],
+        "--karta-status=false"
+    );
+    let patch = kartograf::manifest::parse_documents(k["patches"][0]["patch"].as_str().unwrap())
+        .unwrap()
+        .remove(0);
+    let added: Vec<String> = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|op| op["path"].as_str().unwrap().contains("/args/"))
+        .filter_map(|op| op["value"].as_str().map(str::to_owned))
+        .collect();
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_kartograf"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for arg in &added {
+        let flag = arg.split('=').next().unwrap();
+        assert!(help.contains(flag), "{flag} is not a serve flag");
+    }
+    let listen = added
+        .iter()
+        .find_map(|a| a.strip_prefix("--webhook-listen=0.0.0.0:"))
+        .unwrap();
+
+    // Both configurations call the routes through the Service onto the listener's port.
+    let service = webhook_deploy("service.yaml").remove(0);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "webhook");
+    let port = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|op| op["path"] == "/spec/template/spec/containers/0/ports/-")
+        .unwrap()["value"]
+        .clone();
+    assert_eq!(
+        (port["name"].as_str(), port["containerPort"].to_string()),
+        (Some("webhook"), listen.to_owned())
+    );
+    for (file, path, policy) in [
+        (
+            "validatingwebhookconfiguration.yaml",
+            admission::VALIDATE,
+            "Fail",
+        ),
+        (
+            "mutatingwebhookconfiguration.yaml",
+            admission::MUTATE,
+            "Ignore",
+        ),
+    ] {
+        let config = webhook_deploy(file).remove(0);
+        let hook = &config["webhooks"][0];
+        let svc = &hook["clientConfig"]["service"];
+        assert_eq!(svc["path"], path);
+        assert_eq!(svc["name"], service["metadata"]["name"]);
+        assert_eq!(svc["port"], service["spec"]["ports"][0]["port"]);
+        assert_eq!(hook["failurePolicy"], policy);
+        assert_eq!(hook["admissionReviewVersions"], json!(["v1"]));
+        assert_eq!(hook["rules"][0]["resources"], json!(["kartas"]));
+        assert_eq!(
+            config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "kartograf/kartograf-webhook"
+        );
+    }
+    let certificate = webhook_deploy("certificate.yaml")
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "kartograf-webhook")
+        .unwrap();
+    assert!(
+        certificate["spec"]["dnsNames"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("kartograf-webhook.kartograf.svc"))
+    );
+
+    // The writer's grants: labels and status on kartas, the Lease.
+    let writer = webhook_deploy("clusterrole-karta-writer.yaml").remove(0);
+    let grants: Vec<(String, String)> = writer["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            let verbs: Vec<String> = r["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect();
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(move |res| {
+                    let res = res.as_str().unwrap().to_owned();
+                    verbs.clone().into_iter().map(move |v| (res.clone(), v))
+                })
+        })
+        .collect();
+    for need in [
+        ("kartas", "patch"),
+        ("kartas/status", "patch"),
+        ("kartas", "get"),
+    ] {
+        assert!(
+            grants.contains(&(need.0.to_owned(), need.1.to_owned())),
+            "{need:?}"
+        );
+    }
+    let lease = webhook_deploy("role-leader-election.yaml").remove(0);
+    assert_eq!(lease["rules"][0]["resources"], json!(["leases"]));
+    assert_eq!(
+        lease["rules"][0]["verbs"],
+        json!(["get", "create", "update"])
+    );
+}

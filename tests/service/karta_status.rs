@@ -75,11 +75,18 @@ async fn conditions_are_written_once_per_change_conflicts_retried_labels_re_asse
     let report = Arc::new(LoadReport::default());
     report.set_drift([("jobs".to_owned(), Vec::new())].into_iter().collect());
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (published, definitions) = tokio::sync::watch::channel(0u64);
     let settings = Settings {
         lease: None,
         resync: Duration::from_secs(3600),
     };
-    tokio::spawn(status::run(fake.client(), report, settings, None, stopped));
+    tokio::spawn(status::run(
+        fake.client(),
+        report.clone(),
+        settings,
+        Some(definitions),
+        stopped,
+    ));
 
     let limit = Duration::from_secs(10);
     until("every Karta has its conditions", limit, || {
@@ -170,6 +177,22 @@ async fn conditions_are_written_once_per_change_conflicts_retried_labels_re_asse
         "{:?}",
         last.body
     );
+
+    // Schema drift found at a republication is a condition of its own; Ready stays.
+    let finding = "`.spec.parallelism`: batch/v1 Job (cluster) has no field `parallelism`";
+    report.set_drift(
+        [("jobs".to_owned(), vec![finding.to_owned()])]
+            .into_iter()
+            .collect(),
+    );
+    published.send_replace(1);
+    until("SchemaInSync turns False", limit, || {
+        condition(&fake.get(KARTAS, "jobs").unwrap(), "SchemaInSync")["reason"] == "SchemaDrift"
+    })
+    .await;
+    let jobs = fake.get(KARTAS, "jobs").unwrap();
+    assert_eq!(condition(&jobs, "SchemaInSync")["message"], finding);
+    assert_eq!(condition(&jobs, "Ready")["status"], "True");
 
     // Fixing the broken definition flips its conditions.
     fake.edit(KARTAS, "broken", |o| {
