@@ -179,6 +179,34 @@ async fn a_valid_karta_is_admitted_and_an_invalid_one_denied_with_check_s_errors
         "{r}"
     );
 
+    // The phase precedence setting: a known value is admitted, another one denied.
+    let mut compat = job_karta("jobs");
+    compat["metadata"]["annotations"] = json!({"kartograf.io/phase-precedence": "workload-map"});
+    let r = ask(
+        addr,
+        admission::VALIDATE,
+        "u5",
+        &review("u5", "CREATE", &compat, None),
+    )
+    .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    compat["metadata"]["annotations"] = json!({"kartograf.io/phase-precedence": "karta"});
+    let r = ask(
+        addr,
+        admission::VALIDATE,
+        "u6",
+        &review("u6", "CREATE", &compat, None),
+    )
+    .await;
+    assert_eq!(r["allowed"], false, "{r}");
+    assert!(
+        r["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("metadata.annotations[\"kartograf.io/phase-precedence\"]: must be `kartograf` or `workload-map`, found `karta`"),
+        "{r}"
+    );
+
     // Deleting is never denied.
     let r = ask(
         addr,
