@@ -370,6 +370,10 @@ async fn hostile_objects_get_a_bounded_denial_never_a_crash_or_a_stall() {
             let started = Instant::now();
             let r = ask(addr, path, uid, body).await;
             let took = started.elapsed();
+            println!(
+                "hostile {uid} ({} bytes) on {path}: answered in {took:?}",
+                body.len()
+            );
             assert!(
                 took < Duration::from_secs(10),
                 "{uid} on {path} took {took:?}"
