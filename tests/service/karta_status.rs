@@ -327,3 +327,44 @@ async fn two_replicas_elect_one_writer_and_the_other_takes_over_when_it_dies() {
     let _ = other.kill();
     let _ = other.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_candidates_race_one_wins_and_a_release_hands_over_at_once() {
+    use kartograf::karta::lease::{Candidate, Settings as LeaseSettings};
+    let fake = cluster();
+    let settings = |id: &str| {
+        let mut s = LeaseSettings::new("kartograf", "race", id);
+        s.lease_duration = Duration::from_secs(30);
+        s
+    };
+    let mut a = Candidate::new(fake.client(), settings("a"));
+    let mut b = Candidate::new(fake.client(), settings("b"));
+    // Both try at once: exactly one holds the Lease.
+    let (ra, rb) = tokio::join!(a.try_acquire_or_renew(), b.try_acquire_or_renew());
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert!(ra != rb, "exactly one holds the Lease: a {ra}, b {rb}");
+    let (holder, mut other) = if ra { ("a", b) } else { ("b", a) };
+    let lease = fake.get(LEASES, "kartograf/race").unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], holder);
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 30);
+    // The other keeps following while the record is fresh.
+    assert!(!other.try_acquire_or_renew().await.unwrap());
+    // However the two interleaved, one create succeeded (a second one gets 409).
+    let created = fake
+        .writes("/apis/coordination.k8s.io/v1/namespaces/kartograf/leases")
+        .iter()
+        .filter(|w| w.method == "POST" && w.code == 201)
+        .count();
+    assert_eq!(created, 1);
+    // The holder releases: the other takes over at its next attempt, not 30 s later.
+    let mut holder_candidate = Candidate::new(fake.client(), settings(holder));
+    holder_candidate.release().await;
+    let lease = fake.get(LEASES, "kartograf/race").unwrap();
+    assert!(lease["spec"]["holderIdentity"].is_null(), "{lease}");
+    let started = Instant::now();
+    assert!(other.try_acquire_or_renew().await.unwrap());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let lease = fake.get(LEASES, "kartograf/race").unwrap();
+    assert_ne!(lease["spec"]["holderIdentity"], holder);
+    assert_eq!(lease["spec"]["leaseTransitions"], 1);
+}
