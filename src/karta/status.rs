@@ -152,6 +152,13 @@ fn apply(
     }
 }
 
+/// At most 253 characters of `[a-z0-9.-]` (a DNS subdomain's alphabet).
+fn is_discovery_name(s: &str) -> bool {
+    s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+}
+
 struct Reconciler {
     client: kube::Client,
     api: Api<DynamicObject>,
@@ -210,6 +217,15 @@ impl Reconciler {
             .unwrap_or(0);
         let root = super::root_kind(json);
         let served = match &root {
+            // Discovery is asked only for a well-formed group and version: the path is
+            // built from them.
+            Some(r)
+                if !is_discovery_name(&r.group)
+                    || !is_discovery_name(&r.version)
+                    || r.version.is_empty() =>
+            {
+                Some(false)
+            }
             Some(r) => Some(
                 self.served(&r.api_version(), cache)
                     .await?
