@@ -50,6 +50,7 @@ pub mod excerpt;
 pub mod expr;
 pub mod folder;
 pub mod index;
+pub mod karta;
 pub mod manifest;
 pub mod metrics;
 pub mod model;

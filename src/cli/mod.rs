@@ -3,6 +3,7 @@
 mod check;
 mod client;
 mod definitions;
+pub mod karta_status;
 mod output;
 mod resolve;
 mod serve;

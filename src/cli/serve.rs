@@ -193,7 +193,8 @@ pub struct Args {
     /// RESOURCE_EXHAUSTED.
     #[arg(long, env = "KARTOGRAF_EVAL_THREADS", default_value_t = 0)]
     pub eval_threads: usize,
-    /// Serve the webhooks (Karmada's resource interpreter, `POST /karmada/interpret`) on
+    /// Serve the webhooks (Karmada's resource interpreter, `POST /karmada/interpret`; Karta
+    /// admission, `POST /karta/validate` and `POST /karta/mutate`) on
     /// this address: HTTPS with --webhook-tls-cert/--webhook-tls-key, plain HTTP without.
     #[arg(long, env = "KARTOGRAF_WEBHOOK_LISTEN", value_name = "ADDR")]
     pub webhook_listen: Option<SocketAddr>,
@@ -222,6 +223,8 @@ pub struct Args {
     pub budget: super::BudgetArgs,
     #[command(flatten)]
     pub file_limits: super::FileArgs,
+    #[command(flatten)]
+    pub karta: super::karta_status::KartaStatusArgs,
 }
 
 /// Runs `serve` until SIGINT/SIGTERM; sets up logging and tracing first.
@@ -468,6 +471,22 @@ async fn serve_cluster(
                 namespace: args.namespace.clone(),
                 ..kube::Settings::default()
             };
+            if args.karta.karta_status {
+                let settings = crate::karta::status::Settings {
+                    lease: args.karta.lease(),
+                    resync: args.karta.karta_resync,
+                };
+                tasks.watch(
+                    "Karta status",
+                    tokio::spawn(crate::karta::status::run(
+                        client.clone(),
+                        shared.report.clone(),
+                        settings,
+                        Some(publisher.subscribe()),
+                        shared.shutdown.clone(),
+                    )),
+                );
+            }
             tasks.watch(
                 "Kubernetes source",
                 tokio::spawn(kube::run(

@@ -124,6 +124,7 @@ impl Definition {
             warnings: Vec::new(),
         };
         check_header(&mut cx, &karta);
+        let phase_precedence = phase_precedence(&mut cx, &karta);
         let structure = &karta.spec.structure_definition;
         let located = locate_components(structure);
         let Some(index) = unique_names(&mut cx, &located) else {
@@ -162,6 +163,7 @@ impl Definition {
         };
         let breaker = Breaker::new(&name);
         Ok(Definition {
+            phase_precedence,
             breaker,
             published: std::sync::atomic::AtomicU64::new(0),
             name,
@@ -176,6 +178,24 @@ impl Definition {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
+}
+
+/// The [`PHASE_PRECEDENCE`] annotation: absent is kartograf's precedence; any other value
+/// than the two known ones is an error.
+fn phase_precedence(cx: &mut Ctx<'_>, karta: &Karta) -> PhasePrecedence {
+    let Some(value) = karta.metadata.annotations.get(PHASE_PRECEDENCE) else {
+        return PhasePrecedence::default();
+    };
+    PhasePrecedence::parse(value).unwrap_or_else(|| {
+        cx.error(
+            &format!("metadata.annotations[\"{PHASE_PRECEDENCE}\"]"),
+            format!(
+                "must be `kartograf` or `workload-map`, found `{}`",
+                crate::excerpt::echo(value)
+            ),
+        );
+        PhasePrecedence::default()
+    })
 }
 
 /// `apiVersion` and `kind` of the document.

@@ -45,6 +45,9 @@ pub struct Definition {
     pub gang: Option<GangPlan>,
     /// Problems that do not stop the definition from loading (upstream accepts them).
     pub warnings: Vec<DefinitionError>,
+    /// How `phase` is chosen among the matched statuses (annotation
+    /// [`PHASE_PRECEDENCE`]).
+    pub phase_precedence: PhasePrecedence,
     /// Unique within the process: what answers remembered on pods are keyed by.
     pub(super) id: u64,
     /// Quarantines this version of the definition when its evaluations keep exceeding
@@ -172,6 +175,34 @@ pub enum StatusKind {
     Initializing,
     /// Degraded.
     Degraded,
+}
+
+/// The annotation of a definition that chooses its [`PhasePrecedence`]: `kartograf` (the
+/// default) or `workload-map`.
+pub const PHASE_PRECEDENCE: &str = "kartograf.io/phase-precedence";
+
+/// How a workload's single `phase` is chosen among its matched statuses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PhasePrecedence {
+    /// kartograf's precedence: Failed > Completed > Suspending > Resuming > Suspended >
+    /// Degraded > Running > Initializing (docs/resolution.md §7).
+    #[default]
+    Kartograf,
+    /// Workload Map's: the first matched status in its fixed order (Resuming, Suspending,
+    /// Suspended, Running, Failed, Completed, Initializing, Degraded), what a Workload Map
+    /// consumer reading `matchedStatuses[0]` shows; for definitions moved from Workload Map.
+    WorkloadMap,
+}
+
+impl PhasePrecedence {
+    /// The precedence an annotation value names (`None`: not one).
+    pub fn parse(value: &str) -> Option<PhasePrecedence> {
+        match value {
+            "kartograf" => Some(PhasePrecedence::Kartograf),
+            "workload-map" => Some(PhasePrecedence::WorkloadMap),
+            _ => None,
+        }
+    }
 }
 
 /// Compiled status definition.

@@ -4,7 +4,7 @@
 use super::Resolver;
 use super::diagnostics::VALUE_BYTES;
 use super::diagnostics::{WARNING, code};
-use crate::definition::plan::{MatcherPlan, StatusKind};
+use crate::definition::plan::{MatcherPlan, PhasePrecedence, StatusKind};
 use crate::expr::value::{as_str, get, to_text, to_text_bounded};
 use crate::proto::v1 as pb;
 use jaq_json::Val;
@@ -128,7 +128,13 @@ impl Resolver<'_> {
         if matched.is_empty() {
             matched.push(pb::Phase::Undefined);
         }
-        let phase = primary(&matched);
+        let phase = match def.phase_precedence {
+            PhasePrecedence::Kartograf => primary(&matched),
+            // `matched` is in Workload Map's order; it is never empty here.
+            PhasePrecedence::WorkloadMap => {
+                matched.first().copied().unwrap_or(pb::Phase::Undefined)
+            }
+        };
         pb::Status {
             phase: phase as i32,
             matched: matched.into_iter().map(|p| p as i32).collect(),

@@ -3,6 +3,8 @@
 //! when none is given. HTTP/1.1; routes:
 //!
 //! - `POST /karmada/interpret`: Karmada's resource interpreter ([`karmada`]).
+//! - `POST /karta/validate`, `POST /karta/mutate`: admission of Karta objects
+//!   ([`admission`], AdmissionReview v1).
 //! - anything else: 404 (a known path with another method: 405).
 //!
 //! Bodies above `--webhook-max-body-bytes` are refused with 413 before they are read
@@ -11,6 +13,7 @@
 //! once). Answers are computed on the evaluation threads, never on the async workers, so a
 //! slow or hostile request cannot stall gRPC, health or other webhook requests.
 
+pub mod admission;
 pub mod karmada;
 pub mod tls;
 
@@ -135,7 +138,9 @@ pub async fn route(
     shared: &Shared,
     settings: &Settings,
 ) -> Response<Full<Bytes>> {
-    if request.uri().path() != karmada::PATH {
+    let path = request.uri().path();
+    let admission = admission::mode_of(path);
+    if path != karmada::PATH && admission.is_none() {
         return text(StatusCode::NOT_FOUND, "not found\n");
     }
     if request.method() != Method::POST {
@@ -167,7 +172,10 @@ pub async fn route(
             );
         }
     };
-    let (status, answer) = karmada::handle(shared, body, settings.eval_timeout).await;
+    let (status, answer) = match admission {
+        Some(mode) => admission::handle(shared, mode, body, settings.eval_timeout).await,
+        None => karmada::handle(shared, body, settings.eval_timeout).await,
+    };
     let mut response = Response::new(Full::new(answer));
     *response.status_mut() = status;
     response.headers_mut().insert(

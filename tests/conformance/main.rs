@@ -240,6 +240,76 @@ fn upstream_definitions_read_exactly_what_workload_map_recorded() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// The phase Workload Map shows for a state: the first of its matched statuses (they are in
+/// its fixed order), `Undefined` when none.
+fn workload_map_phase(step: &Step) -> String {
+    step.expected_matched()
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| "Undefined".to_owned())
+}
+
+#[test]
+fn the_workload_map_phase_precedence_gives_workload_map_s_phase_on_every_recorded_state() {
+    let mut differ = Vec::new();
+    let mut states = 0;
+    for (flow, i, step, reading) in read_all(upstream::catalog_workload_map_phase()) {
+        states += 1;
+        let want = workload_map_phase(step);
+        if reading.phase != want {
+            differ.push(format!(
+                "{} step {i}: Workload Map {want}, kartograf {}",
+                flow.id, reading.phase
+            ));
+        }
+    }
+    assert!(states > 100, "{states}");
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+#[test]
+fn without_the_setting_upstream_definitions_keep_kartograf_s_precedence() {
+    // Where several statuses match, kartograf's precedence may pick another phase than
+    // Workload Map's first; every such state must be one where they really differ.
+    const PRECEDENCE: [&str; 8] = [
+        "Failed",
+        "Completed",
+        "Suspending",
+        "Resuming",
+        "Suspended",
+        "Degraded",
+        "Running",
+        "Initializing",
+    ];
+    let mut differ = 0;
+    for (flow, i, step, reading) in read_all(upstream::catalog()) {
+        let want = PRECEDENCE
+            .iter()
+            .find(|p| reading.matched.iter().any(|m| m == *p))
+            .map_or("Undefined", |p| *p);
+        assert_eq!(reading.phase, want, "{} step {i}", flow.id);
+        if reading.phase != workload_map_phase(step) {
+            println!(
+                "{} step {i} ({}): matched {:?}; kartograf's phase {}, Workload Map's {}",
+                flow.id,
+                step.state,
+                reading.matched,
+                reading.phase,
+                workload_map_phase(step)
+            );
+            differ += 1;
+        }
+    }
+    // Else the setting above would be tested on nothing.
+    assert!(
+        differ > 0,
+        "no recorded state where the two precedences differ"
+    );
+    println!(
+        "upstream definitions: kartograf's phase differs from Workload Map's first matched status on {differ} states"
+    );
+}
+
 /// Checks every extraction difference of `catalog` against `listed`: each one found must be
 /// listed (by definition, component and field) and each listed one must still occur.
 fn check_extraction(catalog: &Catalog, listed: &[known::ExtractionDifference]) -> Vec<String> {

@@ -13,13 +13,27 @@ pub fn definitions_root() -> PathBuf {
 
 /// Every upstream definition file, parsed and compiled; with the errors of those that fail.
 pub fn load_all() -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
+    load_annotated(None)
+}
+
+/// [`load_all`], each definition annotated with `kartograf.io/phase-precedence: VALUE` in
+/// memory (the files stay unchanged).
+pub fn load_annotated(precedence: Option<&str>) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
     let root = definitions_root();
     let (files, problems) = load::definition_files(&root);
     assert!(problems.is_empty(), "{}: {problems:?}", root.display());
     let mut parsed = Vec::new();
     let mut errors = Vec::new();
     for file in &files {
-        let (p, e) = load::parse_file(file);
+        let (mut p, e) = load::parse_file(file);
+        if let Some(value) = precedence {
+            for one in &mut p {
+                one.karta.metadata.annotations.insert(
+                    kartograf::definition::plan::PHASE_PRECEDENCE.to_owned(),
+                    value.to_owned(),
+                );
+            }
+        }
         parsed.extend(p);
         errors.extend(e);
     }
@@ -37,6 +51,16 @@ pub fn catalog() -> &'static Catalog {
             errors.is_empty(),
             "upstream definitions refused: {errors:#?}"
         );
+        Catalog::from_layers(1, [defs])
+    })
+}
+
+/// A catalog of upstream's definitions with Workload Map's phase precedence.
+pub fn catalog_workload_map_phase() -> &'static Catalog {
+    static CATALOG: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+    CATALOG.get_or_init(|| {
+        let (defs, errors) = load_annotated(Some("workload-map"));
+        assert!(errors.is_empty(), "{errors:#?}");
         Catalog::from_layers(1, [defs])
     })
 }

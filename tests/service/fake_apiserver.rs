@@ -7,6 +7,10 @@
 //! `Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` (items and event
 //! objects become `meta.k8s.io/v1` `PartialObjectMetadata`, as the real server answers), and
 //! scripted list failures (403, 429 with `Retry-After`, 500) with every request's time
+//! recorded. Writes as kube-rs sends them (issue 30): single-object GET, POST (create,
+//! 409 AlreadyExists), PUT (replace with the resourceVersion precondition, 409 Conflict),
+//! PATCH as JSON merge patch on an object or its `/status` (a `metadata.resourceVersion`
+//! in the patch is a precondition), namespaced paths, scripted conflicts, every write
 //! recorded. One route function, served in-process through
 //! `tower::service_fn` and over loopback HTTP through hyper 1.
 
@@ -71,6 +75,74 @@ struct State {
     /// Scripted failures of the next list requests per path: (status code, Retry-After
     /// seconds, how many).
     failures: HashMap<String, (u16, u32, usize)>,
+    /// Writes seen (POST, PUT, PATCH).
+    writes: Vec<Write>,
+    /// Scripted conflicts (409) of the next writes per object path.
+    conflicts: HashMap<String, usize>,
+}
+
+/// One write request the fake saw.
+#[allow(dead_code)] // not every test binary reads every field
+#[derive(Debug, Clone)]
+pub struct Write {
+    pub method: String,
+    /// The object's path (`/apis/run.ai/v1alpha1/kartas/x/status`).
+    pub path: String,
+    /// `Content-Type`.
+    pub content_type: String,
+    /// The request body.
+    pub body: Value,
+    pub at: Instant,
+    /// The status code answered.
+    pub code: u16,
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Some(p) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    if let Some(t) = target.as_object_mut() {
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    }
+}
+
+/// Where a request points: the collection path as registered, the namespace, the object's
+/// name and the subresource.
+type ObjectRoute = (String, Option<String>, Option<String>, Option<String>);
+
+/// The [`ObjectRoute`] of a path (`None`: discovery or not an API path).
+fn object_route(path: &str) -> Option<ObjectRoute> {
+    let (prefix, rest) = if let Some(rest) = path.strip_prefix("/api/") {
+        let (v, rest) = rest.split_once('/')?;
+        (format!("/api/{v}"), rest)
+    } else {
+        let rest = path.strip_prefix("/apis/")?;
+        let mut it = rest.splitn(3, '/');
+        let (g, v, rest) = (it.next()?, it.next()?, it.next()?);
+        (format!("/apis/{g}/{v}"), rest)
+    };
+    let parts: Vec<&str> = rest.split('/').collect();
+    let (ns, parts) = match parts.as_slice() {
+        ["namespaces", ns, tail @ ..] if !tail.is_empty() => {
+            (Some((*ns).to_owned()), tail.to_vec())
+        }
+        _ => (None, parts),
+    };
+    let plural = parts.first()?;
+    let name = parts.get(1).map(|s| (*s).to_owned());
+    let sub = parts.get(2).map(|s| (*s).to_owned());
+    Some((format!("{prefix}/{plural}"), ns, name, sub))
 }
 
 /// One list or watch request the fake saw.
@@ -590,12 +662,233 @@ impl FakeApiServer {
         r
     }
 
+    /// Every write seen whose path starts with `prefix`, in order.
+    #[allow(dead_code)]
+    pub fn writes(&self, prefix: &str) -> Vec<Write> {
+        self.lock()
+            .writes
+            .iter()
+            .filter(|w| w.path.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+
+    /// The next `count` writes of the object at `path` get 409 Conflict.
+    #[allow(dead_code)]
+    pub fn conflict_next(&self, path: &str, count: usize) {
+        self.lock().conflicts.insert(path.to_owned(), count);
+    }
+
+    /// A stored object by collection path and key (`ns/name` or `name`).
+    #[allow(dead_code)]
+    pub fn get(&self, collection: &str, key: &str) -> Option<Value> {
+        self.lock()
+            .resources
+            .get(collection)?
+            .objects
+            .get(key)
+            .map(|o| o.value.clone())
+    }
+
+    /// Replaces a stored object as a client's write would (a MODIFIED event; the
+    /// resourceVersion moves), keeping its uid.
+    #[allow(dead_code)]
+    pub fn edit(&self, collection: &str, key: &str, change: impl FnOnce(&mut Value)) {
+        let Some(mut obj) = self.get(collection, key) else {
+            return;
+        };
+        change(&mut obj);
+        self.upsert(obj);
+    }
+
+    /// The route function with the request body: single-object GET, POST (create), PUT
+    /// (replace, with the resourceVersion precondition), PATCH (JSON merge patch; on
+    /// `/status` only the status changes, on the object everything but the status, and a
+    /// `metadata.resourceVersion` in the patch is a precondition), as the API server
+    /// answers them (409 Conflict, 409 AlreadyExists, 404 NotFound); anything else goes to
+    /// [`Self::route`].
+    pub fn route_body(
+        &self,
+        method: &hyper::Method,
+        uri: &Uri,
+        headers: &hyper::HeaderMap,
+        body: &[u8],
+    ) -> Response<Body> {
+        let path = uri.path().trim_end_matches('/').to_owned();
+        let Some((collection, ns, name, sub)) = object_route(&path) else {
+            return self.route(method, uri, headers);
+        };
+        let is_get = method == hyper::Method::GET;
+        if is_get && (name.is_none() || uri.query().is_some_and(|q| q.contains("watch"))) {
+            return self.route(method, uri, headers);
+        }
+        if !matches!(
+            *method,
+            hyper::Method::GET | hyper::Method::POST | hyper::Method::PUT | hyper::Method::PATCH
+        ) {
+            return self.route(method, uri, headers);
+        }
+        let key_of = |n: &str| match &ns {
+            Some(ns) => format!("{ns}/{n}"),
+            None => n.to_owned(),
+        };
+        let mut st = self.lock();
+        if !st.resources.get(&collection).is_some_and(|r| r.served) {
+            return not_found();
+        }
+        if is_get {
+            let key = key_of(name.as_deref().unwrap_or_default());
+            return match st
+                .resources
+                .get(&collection)
+                .and_then(|r| r.objects.get(&key))
+            {
+                Some(o) => respond(StatusCode::OK, &o.value),
+                None => respond(StatusCode::NOT_FOUND, &status(404, "NotFound", "not found")),
+            };
+        }
+        let content_type = headers
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let write = Write {
+            method: method.to_string(),
+            path: path.clone(),
+            content_type,
+            body: parsed.clone(),
+            at: Instant::now(),
+            code: 200,
+        };
+        let answer = |st: &mut State, mut write: Write, code: u16, value: Value| {
+            write.code = code;
+            st.writes.push(write);
+            let code = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+            respond(code, &value)
+        };
+        if let Some(n) = st.conflicts.get_mut(&path).filter(|n| **n > 0) {
+            *n -= 1;
+            let conflict = status(
+                409,
+                "Conflict",
+                "the object has been modified; please apply your changes to the latest version and try again",
+            );
+            return answer(&mut st, write, 409, conflict);
+        }
+        let (api_version, kind) = {
+            let r = &st.resources[&collection];
+            (r.group_version.clone(), r.kind.clone())
+        };
+        let stored_rv = |st: &State, key: &str| {
+            st.resources[&collection]
+                .objects
+                .get(key)
+                .map(|o| o.value["metadata"]["resourceVersion"].clone())
+        };
+        let (key, next, created) = match *method {
+            hyper::Method::POST => {
+                let n = parsed["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let key = key_of(&n);
+                if n.is_empty() || stored_rv(&st, &key).is_some() {
+                    let exists = status(
+                        409,
+                        "AlreadyExists",
+                        &format!("{kind} \"{n}\" already exists"),
+                    );
+                    return answer(&mut st, write, 409, exists);
+                }
+                let mut obj = parsed.clone();
+                obj["apiVersion"] = json!(api_version);
+                obj["kind"] = json!(kind);
+                if let Some(ns) = &ns {
+                    obj["metadata"]["namespace"] = json!(ns);
+                }
+                obj["metadata"]["uid"] = json!(format!("uid-{key}"));
+                obj["metadata"]["generation"] = json!(1);
+                (key, obj, true)
+            }
+            _ => {
+                let key = key_of(name.as_deref().unwrap_or_default());
+                let Some(current) = st.resources[&collection]
+                    .objects
+                    .get(&key)
+                    .map(|o| o.value.clone())
+                else {
+                    return answer(&mut st, write, 404, status(404, "NotFound", "not found"));
+                };
+                let precondition = if *method == hyper::Method::PUT {
+                    parsed["metadata"]["resourceVersion"].clone()
+                } else {
+                    parsed
+                        .pointer("/metadata/resourceVersion")
+                        .cloned()
+                        .unwrap_or(Value::Null)
+                };
+                if !precondition.is_null() && precondition != current["metadata"]["resourceVersion"]
+                {
+                    let conflict = status(
+                        409,
+                        "Conflict",
+                        "the object has been modified; please apply your changes to the latest version and try again",
+                    );
+                    return answer(&mut st, write, 409, conflict);
+                }
+                let mut next = current.clone();
+                if *method == hyper::Method::PUT {
+                    next = parsed.clone();
+                    next["metadata"]["uid"] = current["metadata"]["uid"].clone();
+                    if sub.as_deref() == Some("status") {
+                        next["spec"] = current["spec"].clone();
+                    } else if current.get("status").is_some() {
+                        next["status"] = current["status"].clone();
+                    }
+                } else if sub.as_deref() == Some("status") {
+                    if let Some(st_patch) = parsed.get("status") {
+                        merge_patch(&mut next["status"], st_patch);
+                    }
+                } else {
+                    let mut p = parsed.clone();
+                    if let Some(o) = p.as_object_mut() {
+                        o.remove("status");
+                    }
+                    if let Some(m) = p.get_mut("metadata").and_then(Value::as_object_mut) {
+                        m.remove("resourceVersion");
+                    }
+                    merge_patch(&mut next, &p);
+                }
+                if next.get("spec") != current.get("spec") {
+                    let g = current["metadata"]["generation"].as_i64().unwrap_or(0);
+                    next["metadata"]["generation"] = json!(g + 1);
+                }
+                (key, next, false)
+            }
+        };
+        drop(st);
+        self.upsert(next);
+        let mut st = self.lock();
+        let stored = st.resources[&collection].objects[&key].value.clone();
+        answer(&mut st, write, if created { 201 } else { 200 }, stored)
+    }
+
     /// A kube client talking to this server in-process (no sockets).
     pub fn client(&self) -> ::kube::Client {
         let fake = self.clone();
         let svc = tower::service_fn(move |req: hyper::Request<::kube::client::Body>| {
-            let resp = fake.route(req.method(), req.uri(), req.headers());
-            async move { Ok::<_, Infallible>(resp) }
+            let fake = fake.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let body = body
+                    .collect()
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
+                let resp = fake.route_body(&parts.method, &parts.uri, &parts.headers, &body);
+                Ok::<_, Infallible>(resp)
+            }
         });
         ::kube::Client::new(svc, "default")
     }
@@ -627,8 +920,22 @@ impl FakeApiServer {
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(
                         move |req: hyper::Request<hyper::body::Incoming>| {
-                            let resp = fake.route(req.method(), req.uri(), req.headers());
-                            async move { Ok::<_, Infallible>(resp) }
+                            let fake = fake.clone();
+                            async move {
+                                let (parts, body) = req.into_parts();
+                                let body = body
+                                    .collect()
+                                    .await
+                                    .map(|c| c.to_bytes())
+                                    .unwrap_or_default();
+                                let resp = fake.route_body(
+                                    &parts.method,
+                                    &parts.uri,
+                                    &parts.headers,
+                                    &body,
+                                );
+                                Ok::<_, Infallible>(resp)
+                            }
                         },
                     );
                     let _ = hyper::server::conn::http1::Builder::new()

@@ -14,6 +14,8 @@ mod hardening;
 mod hostile;
 mod ingest;
 mod karmada;
+mod karta_admission;
+mod karta_status;
 mod kube;
 mod observability;
 mod sources;
