@@ -192,17 +192,7 @@ async fn check_cluster_reads_the_crds_of_the_kubeconfig_cluster() {
     fake.upsert(drifted(jobset_crd()));
     let url = fake.serve_http().await;
     let dir = crate::temp_dir("kubeconfig");
-    let kubeconfig = dir.join("config");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
-             clusters: [{{name: fake, cluster: {{server: \"{url}\"}}}}]\n\
-             users: [{{name: fake, user: {{}}}}]\n\
-             contexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]\n"
-        ),
-    )
-    .unwrap();
+    let kubeconfig = crate::fake_apiserver::write_kubeconfig(&dir, &url);
     let run = |args: &'static [&'static str]| {
         let kubeconfig = kubeconfig.clone();
         tokio::task::spawn_blocking(move || {

@@ -947,3 +947,19 @@ impl FakeApiServer {
         addr
     }
 }
+
+/// Writes a kubeconfig for the fake at `url` into `dir` (file `config`) and returns its path.
+pub fn write_kubeconfig(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    let path = dir.join("config");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+             clusters: [{{name: fake, cluster: {{server: \"{url}\"}}}}]\n\
+             users: [{{name: fake, user: {{}}}}]\n\
+             contexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]\n"
+        ),
+    )
+    .expect("write kubeconfig");
+    path
+}

@@ -87,6 +87,18 @@ async fn ask(addr: SocketAddr, path: &str, uid: &str, body: &[u8]) -> Json {
     v["response"].clone()
 }
 
+/// The answer to an AdmissionReview of `object` (and `old`) sent to `path`.
+async fn answer(
+    addr: SocketAddr,
+    path: &str,
+    uid: &str,
+    operation: &str,
+    object: &Json,
+    old: Option<&Json>,
+) -> Json {
+    ask(addr, path, uid, &review(uid, operation, object, old)).await
+}
+
 fn set(obj: &mut Json, pointer: &str, value: Json) {
     *obj.pointer_mut(pointer).unwrap() = value;
 }
@@ -95,13 +107,7 @@ fn set(obj: &mut Json, pointer: &str, value: Json) {
 async fn a_valid_karta_is_admitted_and_an_invalid_one_denied_with_check_s_errors() {
     let (addr, _stop) = serve(&[]).await;
     let valid = job_karta("jobs");
-    let r = ask(
-        addr,
-        admission::VALIDATE,
-        "u1",
-        &review("u1", "CREATE", &valid, None),
-    )
-    .await;
+    let r = answer(addr, admission::VALIDATE, "u1", "CREATE", &valid, None).await;
     assert_eq!(r["allowed"], true, "{r}");
 
     // A jq syntax error.
@@ -111,13 +117,7 @@ async fn a_valid_karta_is_admitted_and_an_invalid_one_denied_with_check_s_errors
         "/spec/structureDefinition/rootComponent/scaleDefinition/replicasPath",
         json!(".spec | (("),
     );
-    let r = ask(
-        addr,
-        admission::VALIDATE,
-        "u2",
-        &review("u2", "CREATE", &broken, None),
-    )
-    .await;
+    let r = answer(addr, admission::VALIDATE, "u2", "CREATE", &broken, None).await;
     assert_eq!(r["allowed"], false, "{r}");
     assert_eq!(r["status"]["code"], 403);
     let message = r["status"]["message"].as_str().unwrap();
@@ -163,13 +163,7 @@ async fn a_valid_karta_is_admitted_and_an_invalid_one_denied_with_check_s_errors
         "/spec/structureDefinition/rootComponent/scaleDefinition/replicasPath",
         json!("def f: f; f"),
     );
-    let r = ask(
-        addr,
-        admission::VALIDATE,
-        "u3",
-        &review("u3", "CREATE", &unsafe_, None),
-    )
-    .await;
+    let r = answer(addr, admission::VALIDATE, "u3", "CREATE", &unsafe_, None).await;
     assert_eq!(r["allowed"], false, "{r}");
     assert!(
         r["status"]["message"]
@@ -182,22 +176,10 @@ async fn a_valid_karta_is_admitted_and_an_invalid_one_denied_with_check_s_errors
     // The phase precedence setting: a known value is admitted, another one denied.
     let mut compat = job_karta("jobs");
     compat["metadata"]["annotations"] = json!({"kartograf.io/phase-precedence": "workload-map"});
-    let r = ask(
-        addr,
-        admission::VALIDATE,
-        "u5",
-        &review("u5", "CREATE", &compat, None),
-    )
-    .await;
+    let r = answer(addr, admission::VALIDATE, "u5", "CREATE", &compat, None).await;
     assert_eq!(r["allowed"], true, "{r}");
     compat["metadata"]["annotations"] = json!({"kartograf.io/phase-precedence": "karta"});
-    let r = ask(
-        addr,
-        admission::VALIDATE,
-        "u6",
-        &review("u6", "CREATE", &compat, None),
-    )
-    .await;
+    let r = answer(addr, admission::VALIDATE, "u6", "CREATE", &compat, None).await;
     assert_eq!(r["allowed"], false, "{r}");
     assert!(
         r["status"]["message"]
@@ -208,13 +190,7 @@ async fn a_valid_karta_is_admitted_and_an_invalid_one_denied_with_check_s_errors
     );
 
     // Deleting is never denied.
-    let r = ask(
-        addr,
-        admission::VALIDATE,
-        "u4",
-        &review("u4", "DELETE", &broken, None),
-    )
-    .await;
+    let r = answer(addr, admission::VALIDATE, "u4", "DELETE", &broken, None).await;
     assert_eq!(r["allowed"], true, "{r}");
 }
 
@@ -223,13 +199,7 @@ async fn a_second_karta_for_a_claimed_kind_and_a_root_kind_change_are_denied() {
     let existing = job_karta("jobs");
     let (addr, _stop) = serve(std::slice::from_ref(&existing)).await;
     let second = job_karta("more-jobs");
-    let r = ask(
-        addr,
-        admission::VALIDATE,
-        "d1",
-        &review("d1", "CREATE", &second, None),
-    )
-    .await;
+    let r = answer(addr, admission::VALIDATE, "d1", "CREATE", &second, None).await;
     assert_eq!(r["allowed"], false, "{r}");
     let message = r["status"]["message"].as_str().unwrap();
     assert!(
@@ -238,11 +208,13 @@ async fn a_second_karta_for_a_claimed_kind_and_a_root_kind_change_are_denied() {
     );
 
     // The owner itself may be updated.
-    let r = ask(
+    let r = answer(
         addr,
         admission::VALIDATE,
         "d2",
-        &review("d2", "UPDATE", &existing, Some(&existing)),
+        "UPDATE",
+        &existing,
+        Some(&existing),
     )
     .await;
     assert_eq!(r["allowed"], true, "{r}");
@@ -254,21 +226,17 @@ async fn a_second_karta_for_a_claimed_kind_and_a_root_kind_change_are_denied() {
         "/spec/structureDefinition/rootComponent/kind/version",
         json!("v2"),
     );
-    let r = ask(
-        addr,
-        admission::VALIDATE,
-        "d3",
-        &review("d3", "CREATE", &v2, None),
-    )
-    .await;
+    let r = answer(addr, admission::VALIDATE, "d3", "CREATE", &v2, None).await;
     assert_eq!(r["allowed"], true, "{r}");
 
     // Changing the root kind of a Karta.
-    let r = ask(
+    let r = answer(
         addr,
         admission::VALIDATE,
         "d4",
-        &review("d4", "UPDATE", &v2, Some(&existing)),
+        "UPDATE",
+        &v2,
+        Some(&existing),
     )
     .await;
     assert_eq!(r["allowed"], false, "{r}");
@@ -303,13 +271,7 @@ async fn the_mutating_webhook_stamps_the_index_labels() {
         if let Some(l) = &labels {
             obj["metadata"]["labels"] = l.clone();
         }
-        let r = ask(
-            addr,
-            admission::MUTATE,
-            "m1",
-            &review("m1", "CREATE", &obj, None),
-        )
-        .await;
+        let r = answer(addr, admission::MUTATE, "m1", "CREATE", &obj, None).await;
         assert_eq!(r["allowed"], true, "{r}");
         assert_eq!(r["patchType"], "JSONPatch");
         let patch = base64::Engine::decode(
@@ -326,13 +288,7 @@ async fn the_mutating_webhook_stamps_the_index_labels() {
             assert_eq!(l["team"], "a");
         }
         // Once stamped, nothing more to patch.
-        let r = ask(
-            addr,
-            admission::MUTATE,
-            "m2",
-            &review("m2", "UPDATE", &obj, Some(&obj)),
-        )
-        .await;
+        let r = answer(addr, admission::MUTATE, "m2", "UPDATE", &obj, Some(&obj)).await;
         assert_eq!(r["allowed"], true);
         assert!(r.get("patch").is_none(), "{r}");
     }
@@ -391,13 +347,7 @@ async fn hostile_objects_get_a_bounded_denial_never_a_crash_or_a_stall() {
     }
     // The listener still answers.
     let valid = job_karta("jobs");
-    let r = ask(
-        addr,
-        admission::VALIDATE,
-        "after",
-        &review("after", "CREATE", &valid, None),
-    )
-    .await;
+    let r = answer(addr, admission::VALIDATE, "after", "CREATE", &valid, None).await;
     assert_eq!(r["allowed"], true, "{r}");
     // Not a review: 400.
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();

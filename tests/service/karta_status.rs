@@ -209,19 +209,7 @@ async fn conditions_are_written_once_per_change_conflicts_retried_labels_re_asse
 
 /// A kubeconfig for `url`.
 fn kubeconfig(url: &str) -> std::path::PathBuf {
-    let dir = crate::temp_dir("karta-lease");
-    let path = dir.join("config");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
-             clusters: [{{name: fake, cluster: {{server: \"{url}\"}}}}]\n\
-             users: [{{name: fake, user: {{}}}}]\n\
-             contexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]\n"
-        ),
-    )
-    .unwrap();
-    path
+    crate::fake_apiserver::write_kubeconfig(&crate::temp_dir("karta-lease"), url)
 }
 
 const LEASE_DURATION: Duration = Duration::from_secs(2);
