@@ -47,6 +47,7 @@ pub mod definition;
 pub mod drift;
 pub mod excerpt;
 pub mod expr;
+pub mod gangs;
 pub mod index;
 pub mod manifest;
 pub mod metrics;

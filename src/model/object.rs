@@ -438,6 +438,8 @@ pub const POD_PROJECTION: Keep = Keep::Fields(&[
             ("resources", Keep::All),
             ("resourceClaims", Keep::All),
             ("schedulingGates", Keep::All),
+            // The Workload API's link from a pod to its PodGroup (gang verification).
+            ("schedulingGroup", Keep::All),
             ("containers", Keep::Each(&CONTAINER)),
             ("initContainers", Keep::Each(&CONTAINER)),
         ]),
