@@ -562,26 +562,6 @@ pub fn totals(args: TotalsArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_cluster_column_needs_two_clusters() {
-        assert!(!super::several_clusters([]));
-        assert!(!super::several_clusters(["eu", "eu"]));
-        assert!(super::several_clusters(["eu", "eu", "us"]));
-    }
-
-    #[test]
-    fn parses_timestamps() {
-        assert_eq!(super::parse_rfc3339("1970-01-02T00:00:00Z"), Some(86_400));
-        assert_eq!(
-            super::parse_rfc3339("2026-11-30T00:00:00Z"),
-            Some(1_795_996_800)
-        );
-        assert_eq!(super::parse_rfc3339("nope"), None);
-    }
-}
-
 /// `gangs` from a server: the `Gangs` RPC, the workload found as `describe` finds it.
 pub fn gangs(args: &super::gangs::Args) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
@@ -653,4 +633,24 @@ pub fn gangs(args: &super::gangs::Args) -> anyhow::Result<ExitCode> {
             Err(e) => failed(e),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cluster_column_needs_two_clusters() {
+        assert!(!super::several_clusters([]));
+        assert!(!super::several_clusters(["eu", "eu"]));
+        assert!(super::several_clusters(["eu", "eu", "us"]));
+    }
+
+    #[test]
+    fn parses_timestamps() {
+        assert_eq!(super::parse_rfc3339("1970-01-02T00:00:00Z"), Some(86_400));
+        assert_eq!(
+            super::parse_rfc3339("2026-11-30T00:00:00Z"),
+            Some(1_795_996_800)
+        );
+        assert_eq!(super::parse_rfc3339("nope"), None);
+    }
 }
