@@ -80,7 +80,7 @@ fn spec(g: &pb::GangGroup) -> Value {
 
 /// A subgroup's name: the component's name at the first level (as KAI's Karta grouper names
 /// it), the instance's label made a DNS label below.
-fn subgroup_name(s: &pb::GangGroup, nested: bool) -> String {
+pub(super) fn subgroup_name(s: &pb::GangGroup, nested: bool) -> String {
     if nested {
         super::names::dns_label(&s.name).unwrap_or_else(|| s.name.clone())
     } else {

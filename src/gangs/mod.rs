@@ -13,6 +13,7 @@
 
 pub mod coscheduling;
 pub mod kai;
+pub mod live;
 pub mod names;
 pub mod verify;
 pub mod workload_api;

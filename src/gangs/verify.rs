@@ -159,7 +159,7 @@ pub struct MemberPod {
     pub name: String,
     /// The gang object (of the family being checked) the pod names.
     pub names_object: Option<String>,
-    /// Bound to a node, phase `Running`.
+    /// Placed: bound to a node and not terminal.
     pub running: bool,
 }
 
@@ -318,52 +318,73 @@ pub fn verify(w: &pb::Workload, object: &GangObject, pods: &[MemberPod]) -> Verd
             );
         }
     }
-    // Subgroups (KAI): first level by name.
+    // Subgroups (KAI), by (parent, name) as the renderer names them; a nested subgroup
+    // counts as missing only under a parent the object subdivides (KAI's own pod-grouper
+    // writes one level).
     if object.family == Family::Kai
         && let Ok(subs) = kai::subgroups(&object.spec)
         && !subs.is_empty()
     {
-        let want: BTreeMap<&str, &pb::GangGroup> = gang
-            .subgroups
+        type Key = (Option<String>, String);
+        let mut want: BTreeMap<Key, &pb::GangGroup> = BTreeMap::new();
+        let mut stack: Vec<(&pb::GangGroup, Option<String>, usize)> =
+            gang.subgroups.iter().map(|s| (s, None, 1)).collect();
+        while let Some((g, parent, depth)) = stack.pop() {
+            if want.len() >= MAX_GROUPS || depth > super::MAX_DEPTH {
+                break;
+            }
+            let name = kai::subgroup_name(g, parent.is_some());
+            stack.extend(
+                g.subgroups
+                    .iter()
+                    .map(|c| (c, Some(name.clone()), depth + 1)),
+            );
+            want.insert((parent, name), g);
+        }
+        let have: BTreeMap<Key, &kai::SubGroup> = subs
             .iter()
-            .map(|s| (s.name.as_str(), s))
+            .map(|s| ((s.parent.clone(), s.name.clone()), s))
             .collect();
-        let have: BTreeMap<&str, &kai::SubGroup> = subs
-            .iter()
-            .filter(|s| s.parent.is_none())
-            .map(|s| (s.name.as_str(), s))
-            .collect();
-        for name in want.keys().filter(|n| !have.contains_key(*n)).take(10) {
+        let parents: BTreeSet<&str> = subs.iter().filter_map(|s| s.parent.as_deref()).collect();
+        let label = |(p, n): &Key| p.as_ref().map_or(n.clone(), |p| format!("{p}/{n}"));
+        let missing = want
+            .keys()
+            .filter(|k| !have.contains_key(*k))
+            .filter(|(p, _)| p.as_deref().is_none_or(|p| parents.contains(p)));
+        for k in missing.take(10) {
             push(
                 &mut findings,
                 code::SUBGROUP_MISSING,
-                format!("{what}: has no subgroup {name} (gang {} has)", gang.name),
+                format!(
+                    "{what}: has no subgroup {} (gang {} has)",
+                    label(k),
+                    gang.name
+                ),
             );
         }
-        for name in have.keys().filter(|n| !want.contains_key(*n)).take(10) {
+        for k in have.keys().filter(|k| !want.contains_key(*k)).take(10) {
             push(
                 &mut findings,
                 code::SUBGROUP_EXTRA,
-                format!("{what}: subgroup {name} is not in gang {}", gang.name),
+                format!("{what}: subgroup {} is not in gang {}", label(k), gang.name),
             );
         }
-        for (name, s) in have.iter().take(MAX_GROUPS) {
-            let Some(g) = want.get(name) else { continue };
+        let mut stale = 0;
+        for (k, s) in &have {
+            let Some(g) = want.get(k) else { continue };
             let (field, n, need) = match (s.min_member, s.min_sub_group) {
                 (Some(n), _) => ("minMember", n, i64::from(g.min_member)),
-                (None, Some(n)) => (
-                    "minSubGroup",
-                    n,
-                    i64::from(g.min_subgroups.max(g.subgroups.len() as u32)),
-                ),
+                (None, Some(n)) => ("minSubGroup", n, i64::from(g.min_subgroups)),
                 (None, None) => continue,
             };
-            if n != need {
+            if n != need && stale < 10 {
+                stale += 1;
                 push(
                     &mut findings,
                     code::SUBGROUP_MIN_STALE,
                     format!(
-                        "{what}: subgroup {name} has {field} {n} but the workload needs {need}"
+                        "{what}: subgroup {} has {field} {n} but the workload needs {need}",
+                        label(k)
                     ),
                 );
             }
@@ -440,7 +461,7 @@ pub fn verify(w: &pb::Workload, object: &GangObject, pods: &[MemberPod]) -> Verd
             &mut findings,
             code::BROKEN,
             format!(
-                "{what}: {running} member(s) running, below its minimum {}: the gang was placed and has since lost members",
+                "{what}: {running} member(s) placed (bound, not finished), below its minimum {}: the gang was placed and has since lost members",
                 minimum.unwrap_or_default()
             ),
         );
@@ -487,7 +508,7 @@ pub struct PodLinks {
     pub namespace: String,
     /// Name.
     pub name: String,
-    /// Bound to a node, phase `Running`.
+    /// Placed: bound to a node and not terminal.
     pub running: bool,
     /// The gang objects it names, by family.
     pub names: Vec<(Family, String)>,
@@ -503,7 +524,7 @@ impl PodLinks {
         PodLinks {
             namespace: s(meta.and_then(|m| m.get("namespace"))),
             name: s(meta.and_then(|m| m.get("name"))),
-            running: !node.is_empty() && phase == "Running",
+            running: !node.is_empty() && !matches!(phase.as_str(), "Succeeded" | "Failed"),
             names: [Family::Kai, Family::PodGroup, Family::Coscheduling]
                 .into_iter()
                 .filter_map(|f| f.named_by(pod).map(|n| (f, n.to_owned())))

@@ -97,6 +97,9 @@ pub enum Mode {
     Metadata,
     /// Karta objects into the cluster definition layer.
     Definitions,
+    /// Gang objects (metadata and spec) into the index, checked against their workloads'
+    /// graphs (`crate::gangs::live`).
+    Gangs,
 }
 
 /// The kinds to watch: catalog root kinds, child kinds and core v1 Pod, by group+kind, each
@@ -108,7 +111,8 @@ pub fn wanted_kinds(catalog: &Catalog) -> BTreeMap<GroupKind, Vec<GroupVersionKi
         .definitions()
         .flat_map(|d| std::iter::once(&d.root_kind).chain(d.child_kinds()))
         .chain(std::iter::once(&pod));
-    for gvk in kinds {
+    let gangs = crate::gangs::live::watched_kinds();
+    for gvk in kinds.chain(gangs.iter()) {
         if gvk.kind.is_empty() || gvk.version.is_empty() || never_watched(gvk) {
             continue;
         }
@@ -132,7 +136,13 @@ fn never_watched(gvk: &GroupVersionKind) -> bool {
 
 /// How a wanted kind is watched: full for root kinds and pods, metadata only otherwise.
 pub fn mode_of(catalog: &Catalog, group: &str, kind: &str) -> Mode {
-    if catalog.covers(group, kind) || (group.is_empty() && kind == "Pod") {
+    if crate::gangs::live::watched_kinds()
+        .iter()
+        .any(|g| g.group == group && g.kind == kind)
+        && !catalog.covers(group, kind)
+    {
+        Mode::Gangs
+    } else if catalog.covers(group, kind) || (group.is_empty() && kind == "Pod") {
         Mode::Full
     } else {
         Mode::Metadata
