@@ -619,6 +619,7 @@ pub fn gangs(args: &super::gangs::Args) -> anyhow::Result<ExitCode> {
                     &crate::gangs::Rendered {
                         objects,
                         notes: r.notes,
+                        paths: Vec::new(),
                     },
                 )
             }

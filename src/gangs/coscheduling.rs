@@ -38,7 +38,8 @@ pub(super) fn render(
 ) -> Result<Rendered, String> {
     let mut out = Rendered::default();
     let per_pod = per_pod_requests(workload);
-    for g in groups {
+    for (i, g) in groups.iter().enumerate() {
+        out.paths.push(vec![i]);
         let name = name(root, groups, g);
         if i32::try_from(g.min_member).is_err() {
             return Err(format!(

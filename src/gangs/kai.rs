@@ -31,7 +31,8 @@ pub fn name(root: &Root, group: &pb::GangGroup) -> String {
 /// Renders one PodGroup per top-level gang, each checked by the webhook's rules.
 pub(super) fn render(root: &Root, groups: &[pb::GangGroup]) -> Result<Rendered, String> {
     let mut out = Rendered::default();
-    for g in groups {
+    for (i, g) in groups.iter().enumerate() {
+        out.paths.push(vec![i]);
         let name = name(root, g);
         let spec = spec(g);
         let problems = validate_spec(&spec);

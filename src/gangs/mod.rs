@@ -85,6 +85,21 @@ pub struct Rendered {
     pub objects: Vec<Value>,
     /// What the format cannot carry.
     pub notes: Vec<String>,
+    /// For each object, the gang group it stands for, as indices from the top-level groups
+    /// down the subgroups (empty for an object of no one gang: the Workload).
+    pub paths: Vec<Vec<usize>>,
+}
+
+impl Rendered {
+    /// The graph's gang group at `path`.
+    pub fn group<'w>(workload: &'w pb::Workload, path: &[usize]) -> Option<&'w pb::GangGroup> {
+        let (first, rest) = path.split_first()?;
+        let mut g = workload.gang.as_ref()?.groups.get(*first)?;
+        for &i in rest {
+            g = g.subgroups.get(i)?;
+        }
+        Some(g)
+    }
 }
 
 /// Renders `workload`'s gangs as `format`'s objects, validated by that API's rules.

@@ -219,14 +219,8 @@ fn match_gang<'w>(
     object: &GangObject,
     linked: &BTreeSet<&str>,
 ) -> Option<&'w pb::GangGroup> {
-    let root = Root::of(w);
     let top_only = matches!(object.family, Family::Kai | Family::Coscheduling);
     let groups = all_groups(w);
-    let tops: Vec<pb::GangGroup> = groups
-        .iter()
-        .filter(|(_, d)| *d == 0)
-        .map(|(g, _)| (*g).clone())
-        .collect();
     if !linked.is_empty() {
         let found = groups
             .iter()
@@ -244,21 +238,18 @@ fn match_gang<'w>(
             return found;
         }
     }
-    groups
+    // No pod names it (yet): the gang of the object kartograf renders under its name.
+    let format = match object.family {
+        Family::Kai => super::Format::Kai,
+        Family::Coscheduling => super::Format::Coscheduling,
+        Family::PodGroup | Family::CompositePodGroup => super::Format::Workload,
+    };
+    let rendered = super::render(w, format).ok()?;
+    let at = rendered
+        .objects
         .iter()
-        .map(|(g, _)| *g)
-        .find(|g| match object.family {
-            Family::Kai => kai::name(&root, g) == object.name,
-            Family::Coscheduling => coscheduling::name(&root, &tops, g) == object.name,
-            Family::PodGroup | Family::CompositePodGroup => {
-                let tpl = object
-                    .spec
-                    .get("workloadRef")
-                    .and_then(|r| r.get("templateName"))
-                    .and_then(Value::as_str);
-                tpl.is_some() && tpl == super::names::dns_label(super::plan_name(g)).as_deref()
-            }
-        })
+        .position(|o| o["metadata"]["name"].as_str() == Some(object.name.as_str()))?;
+    super::Rendered::group(w, rendered.paths.get(at)?)
 }
 
 /// Checks one gang object against the workload `w`. `pods` are the pods that name the

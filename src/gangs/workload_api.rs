@@ -37,6 +37,7 @@ struct Builder<'a> {
     workload: String,
     names: BTreeSet<String>,
     objects: Vec<Value>,
+    paths: Vec<Vec<usize>>,
 }
 
 /// Renders the Workload, then its PodGroups and CompositePodGroups (parents first).
@@ -46,19 +47,20 @@ pub(super) fn render(root: &Root, groups: &[pb::GangGroup]) -> Result<Rendered, 
         workload: workload_name(&root.name, &root.uid),
         names: BTreeSet::new(),
         objects: Vec::new(),
+        paths: Vec::new(),
     };
-    // Plans in first-seen order, each with its gangs.
-    let mut plans: Vec<(String, Vec<&pb::GangGroup>)> = Vec::new();
-    for g in groups {
+    // Plans in first-seen order, each with its gangs (and their indices).
+    let mut plans: Vec<(String, Vec<(usize, &pb::GangGroup)>)> = Vec::new();
+    for (i, g) in groups.iter().enumerate() {
         let tpl = template_name(plan_name(g))?;
         match plans.iter_mut().find(|(t, _)| *t == tpl) {
-            Some((_, gangs)) => gangs.push(g),
-            None => plans.push((tpl, vec![g])),
+            Some((_, gangs)) => gangs.push((i, g)),
+            None => plans.push((tpl, vec![(i, g)])),
         }
     }
     let composite = plans
         .iter()
-        .map(|(_, gangs)| gangs.iter().any(|g| !g.subgroups.is_empty()))
+        .map(|(_, gangs)| gangs.iter().any(|(_, g)| !g.subgroups.is_empty()))
         .collect::<BTreeSet<bool>>();
     if composite.len() > 1 {
         return Err("a Workload holds either podGroupTemplates or compositePodGroupTemplates, and these gangs need both".into());
@@ -74,7 +76,7 @@ pub(super) fn render(root: &Root, groups: &[pb::GangGroup]) -> Result<Rendered, 
     let mut templates = Vec::new();
     for (tpl, gangs) in &plans {
         // The template takes the first gang's shape; instances differ only in minimums.
-        templates.push(b.template(tpl, gangs[0], 1)?);
+        templates.push(b.template(tpl, gangs[0].1, 1)?);
     }
     let key = if composite {
         "compositePodGroupTemplates"
@@ -91,6 +93,7 @@ pub(super) fn render(root: &Root, groups: &[pb::GangGroup]) -> Result<Rendered, 
         }),
     );
     spec.insert(key.into(), Value::Array(templates));
+    b.paths.push(Vec::new());
     b.objects.push(json!({
         "apiVersion": API_VERSION,
         "kind": "Workload",
@@ -98,7 +101,7 @@ pub(super) fn render(root: &Root, groups: &[pb::GangGroup]) -> Result<Rendered, 
         "spec": spec,
     }));
     for (tpl, gangs) in &plans {
-        for g in gangs {
+        for &(i, g) in gangs {
             let name = if gangs.len() == 1 {
                 pod_group_name(&b.workload, tpl)
             } else {
@@ -106,12 +109,13 @@ pub(super) fn render(root: &Root, groups: &[pb::GangGroup]) -> Result<Rendered, 
                 pod_group_name(&b.workload, &instance)
             };
             let workload = b.workload.clone();
-            b.instance(g, &name, tpl, &workload, None)?;
+            b.instance(g, &name, tpl, &workload, None, vec![i])?;
         }
     }
     Ok(Rendered {
         objects: b.objects,
         notes: Vec::new(),
+        paths: b.paths,
     })
 }
 
@@ -185,6 +189,7 @@ impl Builder<'_> {
         template: &str,
         workload: &str,
         parent: Option<&str>,
+        path: Vec<usize>,
     ) -> Result<(), String> {
         let mut spec = serde_json::Map::new();
         if let Some(p) = parent {
@@ -207,16 +212,19 @@ impl Builder<'_> {
             );
             (COMPOSITE_API_VERSION, "CompositePodGroup")
         };
+        self.paths.push(path.clone());
         self.objects.push(json!({
             "apiVersion": api_version,
             "kind": kind,
             "metadata": self.root.metadata(name),
             "spec": spec,
         }));
-        for s in &g.subgroups {
+        for (i, s) in g.subgroups.iter().enumerate() {
             let tpl = template_name(&s.name)?;
             let child = pod_group_name(name, &tpl);
-            self.instance(s, &child, &tpl, workload, Some(name))?;
+            let mut at = path.clone();
+            at.push(i);
+            self.instance(s, &child, &tpl, workload, Some(name), at)?;
         }
         Ok(())
     }

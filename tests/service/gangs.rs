@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const NS: &str = "ml";
-const RAY_UID: &str = "9a000000-0000-4000-8000-000000000001";
 
 struct Running(tokio::task::JoinHandle<()>);
 impl Drop for Running {
@@ -130,7 +129,14 @@ fn verdicts(root_uid: &str) -> Vec<live::GangStatus> {
     live::statuses(|uid| uid == root_uid)
 }
 
-fn ray_pod(name: &str, uid: &str, node_type: &str, group: &str, gang_label: Option<&str>) -> Value {
+fn ray_pod(
+    ray: &str,
+    name: &str,
+    uid: &str,
+    node_type: &str,
+    group: &str,
+    gang_label: Option<&str>,
+) -> Value {
     let mut labels = json!({"ray.io/node-type": node_type, "ray.io/cluster": "ray"});
     if !group.is_empty() {
         labels["ray.io/group"] = json!(group);
@@ -142,19 +148,19 @@ fn ray_pod(name: &str, uid: &str, node_type: &str, group: &str, gang_label: Opti
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": NS, "uid": uid, "labels": labels,
             "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "ray",
-                                 "uid": RAY_UID, "controller": true}]},
+                                 "uid": ray, "controller": true}]},
         "spec": {"nodeName": format!("node-{name}"), "containers": [{"name": "ray",
             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]},
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     })
 }
 
-fn raycluster(workers: u32, suspend: bool) -> Value {
+fn raycluster(ray: &str, workers: u32, suspend: bool) -> Value {
     let template = json!({"spec": {"containers": [{"name": "ray",
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}});
     json!({
         "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": "ray", "namespace": NS, "uid": RAY_UID},
+        "metadata": {"name": "ray", "namespace": NS, "uid": ray},
         "spec": {"suspend": suspend, "headGroupSpec": {"template": template},
                  "workerGroupSpecs": [{"groupName": "workers", "replicas": workers,
                                        "minReplicas": 0, "maxReplicas": 8, "template": template}]},
@@ -162,24 +168,26 @@ fn raycluster(workers: u32, suspend: bool) -> Value {
     })
 }
 
-fn worker_uid(i: u32) -> String {
-    format!("9a000000-0000-4000-8000-0000000001{i:02}")
+fn worker_uid(ray: &str, i: u32) -> String {
+    format!("{ray}-w{i}")
 }
 
 /// A RayCluster of 1 head + `workers` workers, every pod carrying coscheduling's label.
-fn ray_cluster(fake: &FakeApiServer, workers: u32) {
-    fake.upsert(raycluster(workers, false));
+fn ray_cluster(fake: &FakeApiServer, ray: &str, workers: u32) {
+    fake.upsert(raycluster(ray, workers, false));
     fake.upsert(ray_pod(
+        ray,
         "ray-head",
-        "9a000000-0000-4000-8000-000000000002",
+        &format!("{ray}-head"),
         "head",
         "headgroup",
         Some("ray"),
     ));
     for i in 0..workers {
         fake.upsert(ray_pod(
+            ray,
             &format!("ray-worker-{i}"),
-            &worker_uid(i),
+            &worker_uid(ray, i),
             "worker",
             "workers",
             Some("ray"),
@@ -189,12 +197,12 @@ fn ray_cluster(fake: &FakeApiServer, workers: u32) {
 
 /// KubeRay's coscheduling PodGroup: named after the RayCluster, owned by it, `minMember`
 /// written once.
-fn kuberay_pod_group(min_member: u32) -> Value {
+fn kuberay_pod_group(ray: &str, min_member: u32) -> Value {
     json!({
         "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-        "metadata": {"name": "ray", "namespace": NS, "uid": "9a000000-0000-4000-8000-0000000000a1",
+        "metadata": {"name": "ray", "namespace": NS, "uid": format!("{ray}-pg"),
             "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "ray",
-                                 "uid": RAY_UID, "controller": true}]},
+                                 "uid": ray, "controller": true}]},
         "spec": {"minMember": min_member},
         "status": {"phase": "Running", "running": min_member}
     })
@@ -202,18 +210,19 @@ fn kuberay_pod_group(min_member: u32) -> Value {
 
 #[tokio::test]
 async fn kuberay_5205_a_pod_group_left_at_3_after_scaling_to_4_workers_is_stale() {
+    let ray = "9a000001-0000-4000-8000-000000000001";
     let fake = cluster();
-    ray_cluster(&fake, 2);
-    fake.upsert(kuberay_pod_group(3));
+    ray_cluster(&fake, ray, 2);
+    fake.upsert(kuberay_pod_group(ray, 3));
     let (index, _run) = start(&fake);
     // Right at first: 1 head + 2 workers = 3.
     let w = until(&index, "RayCluster", "ray", "the verified graph", |w| {
-        verdicts(RAY_UID).len() == 1 && w.pods.is_some_and(|p| p.current == 3)
+        verdicts(ray).len() == 1 && w.pods.is_some_and(|p| p.current == 3)
     })
     .await;
     assert!(codes(&w).is_empty(), "{:?}", w.diagnostics);
     assert_eq!(
-        verdicts(RAY_UID),
+        verdicts(ray),
         vec![live::GangStatus {
             namespace: NS.into(),
             kind: "coscheduling",
@@ -224,11 +233,12 @@ async fn kuberay_5205_a_pod_group_left_at_3_after_scaling_to_4_workers_is_stale(
         }]
     );
     // The autoscaler scales workers 2 → 4; KubeRay never updates the PodGroup.
-    fake.upsert(raycluster(4, false));
+    fake.upsert(raycluster(ray, 4, false));
     for i in 2..4 {
         fake.upsert(ray_pod(
+            ray,
             &format!("ray-worker-{i}"),
-            &worker_uid(i),
+            &worker_uid(ray, i),
             "worker",
             "workers",
             Some("ray"),
@@ -254,32 +264,33 @@ async fn kuberay_5205_a_pod_group_left_at_3_after_scaling_to_4_workers_is_stale(
         "{}",
         d.message
     );
-    assert!(verdicts(RAY_UID)[0].stale);
+    assert!(verdicts(ray)[0].stale);
     // KubeRay fixes it (or an operator patches it): the finding goes.
-    fake.upsert(kuberay_pod_group(5));
+    fake.upsert(kuberay_pod_group(ray, 5));
     let w = until(&index, "RayCluster", "ray", "no finding", |w| {
         codes(w).is_empty()
     })
     .await;
     assert_eq!(w.pods.unwrap().current, 5);
-    assert!(!verdicts(RAY_UID)[0].stale);
+    assert!(!verdicts(ray)[0].stale);
 }
 
 #[tokio::test]
 async fn kuberay_5205_a_suspended_cluster_keeps_a_pod_group_above_what_can_exist() {
+    let ray = "9a000002-0000-4000-8000-000000000001";
     let fake = cluster();
-    ray_cluster(&fake, 2);
-    fake.upsert(kuberay_pod_group(3));
+    ray_cluster(&fake, ray, 2);
+    fake.upsert(kuberay_pod_group(ray, 3));
     let (index, _run) = start(&fake);
     until(&index, "RayCluster", "ray", "the verified graph", |w| {
-        verdicts(RAY_UID).len() == 1 && codes(w).is_empty()
+        verdicts(ray).len() == 1 && codes(w).is_empty()
     })
     .await;
     // Suspend: KubeRay deletes the pods, the PodGroup keeps minMember 3.
-    fake.upsert(raycluster(2, true));
-    fake.delete("9a000000-0000-4000-8000-000000000002", false);
+    fake.upsert(raycluster(ray, 2, true));
+    fake.delete(&format!("{ray}-head"), false);
     for i in 0..2 {
-        fake.delete(&worker_uid(i), false);
+        fake.delete(&worker_uid(ray, i), false);
     }
     let w = until(
         &index,
@@ -301,21 +312,22 @@ async fn kuberay_5205_a_suspended_cluster_keeps_a_pod_group_above_what_can_exist
     );
     // Nothing placed: a suspended gang is not "broken".
     assert!(!has(&w, "gang_broken"), "{:?}", w.diagnostics);
-    assert!(verdicts(RAY_UID)[0].intact && verdicts(RAY_UID)[0].stale);
+    assert!(verdicts(ray)[0].intact && verdicts(ray)[0].stale);
 }
 
 #[tokio::test]
 async fn a_gang_that_loses_a_member_after_placement_is_broken_until_it_is_whole() {
+    let ray = "9a000003-0000-4000-8000-000000000001";
     let fake = cluster();
-    ray_cluster(&fake, 2);
-    fake.upsert(kuberay_pod_group(3));
+    ray_cluster(&fake, ray, 2);
+    fake.upsert(kuberay_pod_group(ray, 3));
     let (index, _run) = start(&fake);
     until(&index, "RayCluster", "ray", "intact", |w| {
-        verdicts(RAY_UID).first().is_some_and(|v| v.intact) && codes(w).is_empty()
+        verdicts(ray).first().is_some_and(|v| v.intact) && codes(w).is_empty()
     })
     .await;
     // A worker is evicted: the scheduler never updates the PodGroup's status after placement.
-    fake.delete(&worker_uid(1), false);
+    fake.delete(&worker_uid(ray, 1), false);
     let w = until(&index, "RayCluster", "ray", "gang_broken", |w| {
         has(w, "gang_broken")
     })
@@ -327,11 +339,12 @@ async fn a_gang_that_loses_a_member_after_placement_is_broken_until_it_is_whole(
         .unwrap();
     assert_eq!(d.severity, "error");
     assert!(d.message.contains("2 member(s) placed"), "{}", d.message);
-    assert!(!verdicts(RAY_UID)[0].intact);
+    assert!(!verdicts(ray)[0].intact);
     // The replacement pod lands: whole again.
     fake.upsert(ray_pod(
+        ray,
         "ray-worker-9",
-        &worker_uid(9),
+        &worker_uid(ray, 9),
         "worker",
         "workers",
         Some("ray"),
@@ -340,13 +353,14 @@ async fn a_gang_that_loses_a_member_after_placement_is_broken_until_it_is_whole(
         !has(w, "gang_broken")
     })
     .await;
-    assert!(verdicts(RAY_UID)[0].intact);
+    assert!(verdicts(ray)[0].intact);
 }
 
 #[tokio::test]
 async fn a_kai_pod_group_with_a_wrong_subgroup_minimum_is_stale() {
+    let ray = "9a000004-0000-4000-8000-000000000001";
     let fake = cluster();
-    ray_cluster(&fake, 2);
+    ray_cluster(&fake, ray, 2);
     let (index, _run) = start(&fake);
     let w = until(&index, "RayCluster", "ray", "the graph", |w| {
         w.pods.is_some_and(|p| p.current == 3)
@@ -354,16 +368,16 @@ async fn a_kai_pod_group_with_a_wrong_subgroup_minimum_is_stale() {
     .await;
     // KAI's pod-grouper's object, as kartograf renders it: right at first.
     let mut pg = gangs::render(&w, Format::Kai).unwrap().objects.remove(0);
-    pg["metadata"]["uid"] = json!("9a000000-0000-4000-8000-0000000000b1");
+    pg["metadata"]["uid"] = json!(format!("{ray}-kai"));
     let name = pg["metadata"]["name"].as_str().unwrap().to_owned();
-    assert_eq!(name, format!("pg-{RAY_UID}-raycluster"));
+    assert_eq!(name, format!("pg-{ray}-raycluster"));
     fake.upsert(pg.clone());
     until(
         &index,
         "RayCluster",
         "ray",
         "a verified KAI PodGroup",
-        |w| verdicts(RAY_UID).len() == 1 && codes(w).is_empty(),
+        |w| verdicts(ray).len() == 1 && codes(w).is_empty(),
     )
     .await;
     // The workers subgroup says 3 where the workload has 2.
@@ -390,28 +404,29 @@ async fn a_kai_pod_group_with_a_wrong_subgroup_minimum_is_stale() {
         "{}",
         d.message
     );
-    assert_eq!(verdicts(RAY_UID)[0].kind, "kai");
-    assert!(verdicts(RAY_UID)[0].stale);
+    assert_eq!(verdicts(ray)[0].kind, "kai");
+    assert!(verdicts(ray)[0].stale);
 }
 
 #[tokio::test]
 async fn hostile_kai_pod_groups_ten_thousand_subgroups_and_a_parent_cycle_are_bounded() {
+    let ray = "9a000005-0000-4000-8000-000000000001";
     let fake = cluster();
-    ray_cluster(&fake, 2);
+    ray_cluster(&fake, ray, 2);
     let owner = json!([{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "ray",
-                        "uid": RAY_UID, "controller": true}]);
+                        "uid": ray, "controller": true}]);
     let many: Vec<Value> = (0..10_001)
         .map(|i| json!({"name": format!("s{i}"), "minMember": 1}))
         .collect();
     fake.upsert(json!({
         "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
-        "metadata": {"name": "many", "namespace": NS, "uid": "9a000000-0000-4000-8000-0000000000c1",
+        "metadata": {"name": "many", "namespace": NS, "uid": format!("{ray}-many"),
                      "ownerReferences": owner},
         "spec": {"minSubGroup": 10_001, "subGroups": many}
     }));
     fake.upsert(json!({
         "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
-        "metadata": {"name": "cycle", "namespace": NS, "uid": "9a000000-0000-4000-8000-0000000000c2",
+        "metadata": {"name": "cycle", "namespace": NS, "uid": format!("{ray}-cycle"),
                      "ownerReferences": owner},
         "spec": {"minSubGroup": 1, "subGroups": [
             {"name": "a", "parent": "b", "minSubGroup": 1},
@@ -419,7 +434,7 @@ async fn hostile_kai_pod_groups_ten_thousand_subgroups_and_a_parent_cycle_are_bo
     }));
     let (index, _run) = start(&fake);
     let w = until(&index, "RayCluster", "ray", "both objects checked", |w| {
-        verdicts(RAY_UID).len() == 2
+        verdicts(ray).len() == 2
             && w.diagnostics
                 .iter()
                 .any(|d| d.message.contains("cycle detected in subgroups"))
