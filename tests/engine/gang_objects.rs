@@ -248,3 +248,72 @@ fn pods_naming_the_wrong_kai_pod_group_are_found_from_data() {
         .unwrap();
     assert!(missing.1.contains(&misnamed), "{codes:?}");
 }
+
+/// `kartograf gangs`: YAML documents, `--json`, `--verify` (exit 6 on a finding) and exit 5
+/// for a workload without a gang.
+#[test]
+fn the_gangs_command_renders_and_verifies_offline() {
+    let ray = "tests/catalog/raycluster/running.yaml";
+    let out = kartograf(&["gangs", "-o", "kai", "-f", ray]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("---\napiVersion: scheduling.run.ai/v2alpha2\nkind: PodGroup\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("name: pg-7a000012-0000-4000-8000-000000000001-raycluster"),
+        "{text}"
+    );
+    let out = kartograf(&["gangs", "-o", "workload", "--json", "-f", ray]);
+    let objects: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(objects[0]["metadata"]["name"], "llm-batch-5df85968dc");
+    // A stale copy beside the snapshot: the subgroup minimum finding, exit 6.
+    let dir = std::env::temp_dir().join(format!("kartograf-gangs-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut pg = gangs::render(
+        &resolve(
+            &Snapshot::load(&[PathBuf::from(ray)], Limits::default()).unwrap(),
+            None,
+        ),
+        Format::Kai,
+    )
+    .unwrap()
+    .objects
+    .remove(0);
+    pg["metadata"]["uid"] = json!("kai-pg-1");
+    pg["spec"]["subGroups"][0]["minMember"] = json!(4);
+    let stale = dir.join("pg.json");
+    std::fs::write(&stale, pg.to_string()).unwrap();
+    let out = kartograf(&[
+        "gangs",
+        "--verify",
+        "-o",
+        "kai",
+        "-f",
+        ray,
+        "-f",
+        stale.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(6));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("gang_subgroup_min_stale"), "{text}");
+    assert!(
+        text.contains("subgroup head has minMember 4 but the workload needs 1"),
+        "{text}"
+    );
+    let out = kartograf(&[
+        "gangs",
+        "-o",
+        "kai",
+        "-f",
+        "tests/catalog/nimservice/failed.yaml",
+    ]);
+    assert_eq!(out.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no gang"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -573,3 +573,89 @@ fn all_leaf_groups(w: &pb::Workload) -> Vec<(String, Vec<String>)> {
     }
     out
 }
+
+/// The `Gangs` RPC through the real server: each format, named as each ecosystem names it,
+/// and its errors.
+#[tokio::test]
+async fn the_gangs_rpc_renders_every_format_and_names_its_errors() {
+    let mut h = crate::start(0).await;
+    let lws = crate::by_name("LeaderWorkerSet", "inference", "vllm-70b");
+    let graph = h
+        .client
+        .resolve(lws.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .workload
+        .unwrap();
+    let uid = graph.r#ref.as_ref().unwrap().uid.clone();
+    let ask = |format: pb::GangFormat| pb::GangsRequest {
+        workload: Some(lws.clone()),
+        format: format as i32,
+    };
+    let parse = |r: pb::GangsResponse| -> Vec<Value> {
+        r.objects_json
+            .iter()
+            .map(|t| serde_json::from_str(t).unwrap())
+            .collect()
+    };
+    let kai = parse(
+        h.client
+            .gangs(ask(pb::GangFormat::Kai))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert_eq!(kai.len(), 2);
+    assert_eq!(kai[0]["metadata"]["name"], format!("pg-{uid}-0"));
+    assert_eq!(kai[0]["apiVersion"], "scheduling.run.ai/v2alpha2");
+    // Offline rendering of the same graph gives the same objects.
+    assert_eq!(kai, gangs::render(&graph, Format::Kai).unwrap().objects);
+    let wl = parse(
+        h.client
+            .gangs(ask(pb::GangFormat::Workload))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert_eq!(wl[0]["kind"], "Workload");
+    assert_eq!(
+        wl[0]["metadata"]["name"],
+        gangs::names::workload_name("vllm-70b", &uid)
+    );
+    let cos = h
+        .client
+        .gangs(ask(pb::GangFormat::Coscheduling))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(parse(cos)[0]["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
+    for bad in [0, 99] {
+        let e = h
+            .client
+            .gangs(pb::GangsRequest {
+                workload: Some(lws.clone()),
+                format: bad,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}: {e:?}");
+        assert!(e.message().contains("not a gang format"), "{}", e.message());
+    }
+    let missing = pb::GangsRequest {
+        workload: Some(crate::by_name("LeaderWorkerSet", "inference", "nope")),
+        format: pb::GangFormat::Kai as i32,
+    };
+    assert_eq!(
+        h.client.gangs(missing).await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    let none = pb::GangsRequest {
+        workload: None,
+        format: pb::GangFormat::Kai as i32,
+    };
+    assert_eq!(
+        h.client.gangs(none).await.unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+}
