@@ -170,7 +170,13 @@ fn spawn(port: u16, dir: &std::path::Path) -> Kartograf {
 }
 
 /// Ready flips at `rate` per second over every pod, until `stop`.
-fn flip_ready(fake: FakeApiServer, uids: Vec<String>, rate: f64, stop: Arc<AtomicBool>, sent: Arc<AtomicUsize>) {
+fn flip_ready(
+    fake: FakeApiServer,
+    uids: Vec<String>,
+    rate: f64,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
+) {
     let started = Instant::now();
     let mut n = 0usize;
     while !stop.load(Ordering::Relaxed) {
@@ -231,7 +237,9 @@ async fn watch_all(channel: Channel) -> Seen {
 async fn until(seen: &mut Seen, name: &str, code: &str, present: bool) -> Option<Instant> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let next = tokio::time::timeout_at(deadline, seen.recv()).await.ok()??;
+        let next = tokio::time::timeout_at(deadline, seen.recv())
+            .await
+            .ok()??;
         if next.1 == name && next.2.iter().any(|c| c == code) == present {
             return Some(next.0);
         }
@@ -263,7 +271,12 @@ async fn run(o: &Options) {
     let fake = FakeApiServer::new();
     fake.register("v1", "Pod", "pods", true);
     fake.register("ray.io/v1", "RayCluster", "rayclusters", true);
-    fake.register("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups", true);
+    fake.register(
+        "scheduling.x-k8s.io/v1alpha1",
+        "PodGroup",
+        "podgroups",
+        true,
+    );
     let mut pod_uids = Vec::new();
     for i in 0..o.clusters {
         fake.upsert(raycluster(i));
@@ -282,7 +295,8 @@ async fn run(o: &Options) {
         .expect("address")
         .connect_lazy();
     // Synced, every cluster resolved and verified: zero findings.
-    let mut client = WorkloadResolverClient::new(channel.clone()).max_decoding_message_size(256 << 20);
+    let mut client =
+        WorkloadResolverClient::new(channel.clone()).max_decoding_message_size(256 << 20);
     let started = Instant::now();
     let graphs = loop {
         let list = client
@@ -294,19 +308,34 @@ async fn run(o: &Options) {
             .await;
         if let Ok(l) = list
             && l.get_ref().workloads.len() == o.clusters
-            && l.get_ref().workloads.iter().all(|w| w.pods.is_some_and(|p| p.current == 4))
+            && l.get_ref()
+                .workloads
+                .iter()
+                .all(|w| w.pods.is_some_and(|p| p.current == 4))
         {
             break l.into_inner().workloads;
         }
-        assert!(started.elapsed() < Duration::from_secs(120), "kartograf never synced");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "kartograf never synced"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let findings: usize = graphs
         .iter()
-        .map(|w| w.diagnostics.iter().filter(|d| d.code.starts_with("gang_")).count())
+        .map(|w| {
+            w.diagnostics
+                .iter()
+                .filter(|d| d.code.starts_with("gang_"))
+                .count()
+        })
         .sum();
     assert_eq!(findings, 0, "right PodGroups gave findings");
-    eprintln!("{} clusters synced in {:?}, zero findings", o.clusters, started.elapsed());
+    eprintln!(
+        "{} clusters synced in {:?}, zero findings",
+        o.clusters,
+        started.elapsed()
+    );
     let mut seen = watch_all(channel).await;
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicUsize::new(0));
@@ -336,7 +365,10 @@ async fn run(o: &Options) {
             }
         } else {
             let victim = pod(i, "worker-0", "worker", "workers");
-            let uid = victim["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+            let uid = victim["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             let t0 = Instant::now();
             fake.delete(&uid, false);
             match until(&mut seen, &name, "gang_broken", true).await {
@@ -377,7 +409,11 @@ async fn run(o: &Options) {
         let worst = p99s.iter().max().copied().unwrap_or_default();
         println!(
             "goal p99 ≤ 2 s: {} (worst p99 {:.0} ms)",
-            if worst <= Duration::from_secs(2) { "met" } else { "NOT met" },
+            if worst <= Duration::from_secs(2) {
+                "met"
+            } else {
+                "NOT met"
+            },
             worst.as_secs_f64() * 1e3
         );
     }

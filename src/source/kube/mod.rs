@@ -14,6 +14,9 @@
 //!   list/watch), enough for owner chains and labels;
 //! - `run.ai/v1alpha1` Karta objects (cluster-scoped): each is validated and compiled into
 //!   the cluster layer of the catalog through the [`Publisher`].
+//! - gang objects (KAI, Workload API and coscheduling PodGroups, Workloads,
+//!   CompositePodGroups; `crate::gangs::live::watched_kinds`), when served: metadata and spec
+//!   into the index ([`Mode::Gangs`]), checked against the graph of the root that owns them.
 //!
 //! Kinds are resolved with per-group discovery (`pinned_kind`); kinds not served are retried
 //! every `rediscover` and whenever a new catalog is published, so a CRD installed later or a
