@@ -340,6 +340,21 @@ async fn a_gang_that_loses_a_member_after_placement_is_broken_until_it_is_whole(
     assert_eq!(d.severity, "error");
     assert!(d.message.contains("2 member(s) placed"), "{}", d.message);
     assert!(!verdicts(ray)[0].intact);
+    // The metrics export it: kartograf_gang_intact 0, kartograf_gang_stale 0.
+    let metrics = kartograf::metrics::Metrics::new(index.clone(), Arc::new(LoadReport::default()));
+    let text = metrics.encode();
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name) && l.contains("workload=\"RayCluster/ray\""))
+            .map(str::to_owned)
+    };
+    let intact = line("kartograf_gang_intact{").expect("kartograf_gang_intact");
+    assert!(intact.ends_with(" 0"), "{intact}");
+    assert!(
+        intact.contains("kind=\"coscheduling\"") && intact.contains("name=\"ray\""),
+        "{intact}"
+    );
+    assert!(line("kartograf_gang_stale{").unwrap().ends_with(" 0"));
     // The replacement pod lands: whole again.
     fake.upsert(ray_pod(
         ray,
