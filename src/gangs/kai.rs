@@ -42,7 +42,8 @@ pub(super) fn render(root: &Root, groups: &[pb::GangGroup]) -> Result<Rendered, 
         out.objects.push(json!({
             "apiVersion": API_VERSION,
             "kind": "PodGroup",
-            "metadata": root.metadata(&name),
+            // KAI's pod-grouper sets the top owner as a plain owner (podgroup.Metadata.Owner).
+            "metadata": root.metadata_owned(&name, false),
             "spec": spec,
         }));
     }

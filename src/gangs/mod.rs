@@ -188,8 +188,14 @@ impl Root {
         }
     }
 
-    /// `metadata` of a gang object owned by this root.
+    /// `metadata` of a gang object owned by this root, as its controller.
     pub fn metadata(&self, name: &str) -> Value {
+        self.metadata_owned(name, true)
+    }
+
+    /// `metadata` of a gang object owned by this root; without `controller`, the owner
+    /// reference carries no `controller`/`blockOwnerDeletion` (as KAI's pod-grouper writes it).
+    pub fn metadata_owned(&self, name: &str, controller: bool) -> Value {
         let mut meta = serde_json::json!({
             "name": name,
             "ownerReferences": [{
@@ -201,6 +207,10 @@ impl Root {
                 "blockOwnerDeletion": true,
             }],
         });
+        if !controller && let Some(owner) = meta["ownerReferences"][0].as_object_mut() {
+            owner.remove("controller");
+            owner.remove("blockOwnerDeletion");
+        }
         if !self.namespace.is_empty() {
             meta["namespace"] = Value::from(self.namespace.clone());
         }

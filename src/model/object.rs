@@ -90,7 +90,7 @@ impl ObjectMeta {
         if out.kind.is_empty() || out.name.is_empty() {
             return Err("object has no kind or no metadata.name".to_owned());
         }
-        Ok(out)
+        Ok(out.gang_owner())
     }
 
     /// Reads metadata from a packed object, as [`ObjectMeta::from_json`] does.
@@ -129,7 +129,20 @@ impl ObjectMeta {
         if out.kind.is_empty() || out.name.is_empty() {
             return Err("object has no kind or no metadata.name".to_owned());
         }
-        Ok(out)
+        Ok(out.gang_owner())
+    }
+
+    /// A scheduler's gang object ([`is_gang_object`]) with one owner reference and no
+    /// controller: that owner is its controller (KAI's pod-grouper leaves `controller` unset
+    /// on the reference to the workload), so it joins the workload's owner tree.
+    fn gang_owner(mut self) -> ObjectMeta {
+        if let [only] = self.owners.as_mut_slice()
+            && !only.controller
+            && is_gang_object(&self.api_version, &self.kind)
+        {
+            only.controller = true;
+        }
+        self
     }
 
     /// The controller owner reference, if any.
@@ -377,6 +390,21 @@ pub struct Pod {
     pub resource_claims: usize,
     /// Answers of evaluations on this pod (see [`crate::resolve`]).
     pub(crate) memo: Memo,
+}
+
+/// Whether an object is a scheduler's gang object or its Workload: KAI's
+/// `scheduling.run.ai` PodGroup, `scheduling.k8s.io` Workload, PodGroup and
+/// CompositePodGroup, coscheduling's `scheduling.x-k8s.io` PodGroup (`crate::gangs`).
+pub fn is_gang_object(api_version: &str, kind: &str) -> bool {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    matches!(
+        (group, kind),
+        ("scheduling.run.ai" | "scheduling.x-k8s.io", "PodGroup")
+            | (
+                "scheduling.k8s.io",
+                "PodGroup" | "CompositePodGroup" | "Workload"
+            )
+    )
 }
 
 /// What is kept of an object other than a pod: everything but `metadata.managedFields`,

@@ -386,6 +386,12 @@ async fn a_kai_pod_group_with_a_wrong_subgroup_minimum_is_stale() {
     pg["metadata"]["uid"] = json!(format!("{ray}-kai"));
     let name = pg["metadata"]["name"].as_str().unwrap().to_owned();
     assert_eq!(name, format!("pg-{ray}-raycluster"));
+    // A plain owner reference, as KAI writes it: the object still joins the RayCluster.
+    assert!(
+        pg["metadata"]["ownerReferences"][0]
+            .get("controller")
+            .is_none()
+    );
     fake.upsert(pg.clone());
     until(
         &index,
@@ -428,8 +434,9 @@ async fn hostile_kai_pod_groups_ten_thousand_subgroups_and_a_parent_cycle_are_bo
     let ray = "9a000005-0000-4000-8000-000000000001";
     let fake = cluster();
     ray_cluster(&fake, ray, 2);
-    let owner = json!([{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "ray",
-                        "uid": ray, "controller": true}]);
+    // As KAI's pod-grouper writes it: a plain owner reference (no `controller`).
+    let owner =
+        json!([{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "ray", "uid": ray}]);
     let many: Vec<Value> = (0..10_001)
         .map(|i| json!({"name": format!("s{i}"), "minMember": 1}))
         .collect();
