@@ -233,15 +233,27 @@ async fn watch_all(channel: Channel) -> Seen {
     rx
 }
 
-/// Waits for an event of `name` whose codes hold `code` (or, `present` false, do not).
-async fn until(seen: &mut Seen, name: &str, code: &str, present: bool) -> Option<Instant> {
+/// Drops the events received so far (before a change is made).
+fn drain(seen: &mut Seen) {
+    while seen.try_recv().is_ok() {}
+}
+
+/// Waits for an event of `name`, received after `since`, whose codes hold `code` (or,
+/// `present` false, do not); its time from `since`.
+async fn until(
+    seen: &mut Seen,
+    since: Instant,
+    name: &str,
+    code: &str,
+    present: bool,
+) -> Option<Duration> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         let next = tokio::time::timeout_at(deadline, seen.recv())
             .await
             .ok()??;
-        if next.1 == name && next.2.iter().any(|c| c == code) == present {
-            return Some(next.0);
+        if next.0 >= since && next.1 == name && next.2.iter().any(|c| c == code) == present {
+            return Some(next.0 - since);
         }
     }
 }
@@ -348,19 +360,23 @@ async fn run(o: &Options) {
     let (mut stale, mut fixed, mut broken, mut whole) = (vec![], vec![], vec![], vec![]);
     let mut missed = 0;
     for c in 0..o.changes {
+        // Changes are spread over the load (one pair every ~200 ms).
+        tokio::time::sleep(Duration::from_millis(100)).await;
         let i = (c * 7919) % o.clusters;
         let name = format!("ray-{i}");
         if c % 2 == 0 {
+            drain(&mut seen);
             let t0 = Instant::now();
             fake.upsert(pod_group(i, 9));
-            match until(&mut seen, &name, "gang_min_stale", true).await {
-                Some(t) => stale.push(t - t0),
+            match until(&mut seen, t0, &name, "gang_min_stale", true).await {
+                Some(d) => stale.push(d),
                 None => missed += 1,
             }
+            drain(&mut seen);
             let t0 = Instant::now();
             fake.upsert(pod_group(i, 1 + WORKERS));
-            match until(&mut seen, &name, "gang_min_stale", false).await {
-                Some(t) => fixed.push(t - t0),
+            match until(&mut seen, t0, &name, "gang_min_stale", false).await {
+                Some(d) => fixed.push(d),
                 None => missed += 1,
             }
         } else {
@@ -369,16 +385,18 @@ async fn run(o: &Options) {
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
+            drain(&mut seen);
             let t0 = Instant::now();
             fake.delete(&uid, false);
-            match until(&mut seen, &name, "gang_broken", true).await {
-                Some(t) => broken.push(t - t0),
+            match until(&mut seen, t0, &name, "gang_broken", true).await {
+                Some(d) => broken.push(d),
                 None => missed += 1,
             }
+            drain(&mut seen);
             let t0 = Instant::now();
             fake.upsert(victim);
-            match until(&mut seen, &name, "gang_broken", false).await {
-                Some(t) => whole.push(t - t0),
+            match until(&mut seen, t0, &name, "gang_broken", false).await {
+                Some(d) => whole.push(d),
                 None => missed += 1,
             }
         }
