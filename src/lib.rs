@@ -49,6 +49,7 @@ pub mod drift;
 pub mod excerpt;
 pub mod expr;
 pub mod folder;
+pub mod gangs;
 pub mod index;
 pub mod karta;
 pub mod manifest;

@@ -562,6 +562,80 @@ pub fn totals(args: TotalsArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// `gangs` from a server: the `Gangs` RPC, the workload found as `describe` finds it.
+pub fn gangs(args: &super::gangs::Args) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let mut client = connect(&args.server).await?;
+        let what = args.target.clone().unwrap_or_default();
+        let (kind, name) = split_kind_name(&what);
+        let Some(name) = name else {
+            anyhow::bail!("gangs takes KIND/NAME (or -f FILE… for a snapshot)")
+        };
+        let mut namespace = args.server.namespace.clone().unwrap_or_default();
+        if namespace.is_empty() {
+            let list = client
+                .list(pb::ListRequest {
+                    kinds: vec![kind.clone()],
+                    view: pb::View::Summary as i32,
+                    page_size: 1000,
+                    cluster: cluster(&args.server),
+                    ..Default::default()
+                })
+                .await;
+            if let Ok(l) = list
+                && let Some(r) = l
+                    .into_inner()
+                    .workloads
+                    .iter()
+                    .filter_map(|w| w.r#ref.clone())
+                    .find(|r| r.name == name)
+            {
+                namespace = r.namespace;
+            }
+        }
+        let req = pb::GangsRequest {
+            workload: Some(pb::ResolveRequest {
+                target: Some(pb::resolve_request::Target::Workload(pb::ObjectRef {
+                    kind: singular(&kind),
+                    namespace,
+                    name,
+                    ..Default::default()
+                })),
+                view: pb::View::Full as i32,
+                cluster: cluster(&args.server),
+            }),
+            format: args.output.to_proto() as i32,
+        };
+        match client.gangs(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                let mut objects = Vec::with_capacity(r.objects_json.len());
+                for text in &r.objects_json {
+                    objects
+                        .push(serde_json::from_str(text).context("a gang object from the server")?);
+                }
+                super::gangs::print(
+                    args,
+                    &crate::gangs::Rendered {
+                        objects,
+                        notes: r.notes,
+                        paths: Vec::new(),
+                    },
+                )
+            }
+            Err(e)
+                if e.code() == tonic::Code::FailedPrecondition
+                    && (e.message().contains("cannot be expressed")
+                        || e.message().contains("has no gang")) =>
+            {
+                eprintln!("error: {}", e.message());
+                Ok(ExitCode::from(super::EXIT_GANGS))
+            }
+            Err(e) => failed(e),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -4,6 +4,7 @@ mod check;
 mod client;
 mod definitions;
 pub mod karta_status;
+mod gangs;
 mod output;
 mod resolve;
 mod serve;
@@ -19,6 +20,10 @@ pub const EXIT_INVALID: u8 = 1;
 pub const EXIT_NOT_FOUND: u8 = 3;
 /// Exit code: no definition covers the workload's kind.
 pub const EXIT_NO_DEFINITION: u8 = 4;
+/// Exit code: the workload has no gang, or its gangs cannot be expressed in that API.
+pub const EXIT_GANGS: u8 = 5;
+/// Exit code: `gangs --verify` found something.
+pub const EXIT_GANG_FINDINGS: u8 = 6;
 
 /// Resolves Kubernetes AI workloads of any framework into normalized workload graphs.
 #[derive(Debug, Parser)]
@@ -73,6 +78,10 @@ pub enum Command {
     Totals(client::TotalsArgs),
     /// Resolve one workload from manifest files (a cluster snapshot), offline.
     Resolve(resolve::Args),
+    /// A workload's gangs as the schedulers' gang objects (KAI PodGroup, Kubernetes
+    /// Workload/PodGroup, coscheduling PodGroup), offline (-f) or from a server; with
+    /// --verify, the gang objects in the files checked against the workload.
+    Gangs(Box<gangs::Args>),
     /// Validate definition files or folders (the embedded catalog when none are given).
     Check(check::Args),
     /// List the definitions in effect (embedded catalog, plus --definitions).
@@ -208,6 +217,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Watch(args) => client::watch(args),
         Command::Totals(args) => client::totals(args),
         Command::Resolve(args) => resolve::run(args),
+        Command::Gangs(args) => gangs::run(*args),
         Command::Check(args) => check::run(args),
         Command::Definitions(args) => definitions::run(args),
         Command::KarmadaConfig(args) => load_catalog(&args.definitions).map(|catalog| {

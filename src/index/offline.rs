@@ -55,7 +55,13 @@ impl Index {
     ) -> Result<Resolution, OnDemand> {
         let catalog = self.catalog();
         let uid: Uid = self.objects().uid(identity);
-        let Gathered::Root { root, mut pods, .. } = self.gather_as(&uid, &catalog, false) else {
+        let Gathered::Root {
+            root,
+            mut pods,
+            gangs,
+            ..
+        } = self.gather_as(&uid, &catalog, false)
+        else {
             return Err(OnDemand::NotCached);
         };
         let lookup = catalog
@@ -72,7 +78,9 @@ impl Index {
             deadline,
             prepared: None,
         };
-        Ok(resolve::resolve(&input))
+        let mut resolution = resolve::resolve(&input);
+        crate::gangs::live::check(&mut resolution.workload, &gangs, &refs);
+        Ok(resolution)
     }
 
     /// A line for every cached object whose controller chain runs into an owner cycle.

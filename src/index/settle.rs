@@ -40,6 +40,8 @@ pub(super) enum Gathered {
         version: u64,
         pods: Vec<(Uid, Arc<Pod>)>,
         notes: Vec<Arc<str>>,
+        /// Gang objects below the root (checked against its graph: `crate::gangs::live`).
+        gangs: Vec<Arc<Object>>,
     },
 }
 
@@ -86,7 +88,10 @@ impl Index {
             for outcome in self.settle_all(chunk, &catalog) {
                 match outcome {
                     Settled::Resolved(r) => resolved.push(*r),
-                    Settled::Gone(uid) => gone.push(uid),
+                    Settled::Gone(uid) => {
+                        crate::gangs::live::forget(&uid);
+                        gone.push(uid);
+                    }
                     Settled::Unresolved => {}
                 }
             }
@@ -127,7 +132,8 @@ impl Index {
                 version,
                 pods,
                 notes,
-            } => match self.resolve_root(uid, &root, version, pods, notes, catalog) {
+                gangs,
+            } => match self.resolve_root(uid, &root, version, pods, notes, gangs, catalog) {
                 Some(r) => Settled::Resolved(Box::new(r)),
                 None => Settled::Unresolved,
             },
@@ -159,6 +165,7 @@ impl Index {
         if let Cached::Pod(p) = &entry.cached {
             pods.push((uid.clone(), p.clone()));
         }
+        let mut gangs: Vec<Arc<Object>> = Vec::new();
         let mut stack = vec![(uid.clone(), 0usize)];
         let mut seen = foldhash::HashSet::default();
         while let Some((at, depth)) = stack.pop() {
@@ -173,7 +180,12 @@ impl Index {
                         pods.push((child.clone(), p.clone()));
                         stack.push((child.clone(), depth + 1));
                     }
-                    Some(Cached::Object(_)) => stack.push((child.clone(), depth + 1)),
+                    Some(Cached::Object(o)) => {
+                        if crate::gangs::live::is_gang_object(&o.meta.api_version, &o.meta.kind) {
+                            gangs.push(o.clone());
+                        }
+                        stack.push((child.clone(), depth + 1));
+                    }
                     None => {}
                 }
             }
@@ -189,6 +201,7 @@ impl Index {
             version: entry.version,
             pods,
             notes,
+            gangs,
         }
     }
 
@@ -221,6 +234,7 @@ impl Index {
     }
 
     /// Resolves root `uid` with its pods; no lock readers take is held.
+    #[allow(clippy::too_many_arguments)] // the gathered inputs, one by one
     fn resolve_root(
         &self,
         uid: &Uid,
@@ -228,6 +242,7 @@ impl Index {
         version: u64,
         mut pods: Vec<(Uid, Arc<Pod>)>,
         notes: Vec<Arc<str>>,
+        gangs: Vec<Arc<Object>>,
         catalog: &Catalog,
     ) -> Option<Resolved> {
         let lookup = catalog.lookup(&root.meta.api_version, &root.meta.kind)?;
@@ -265,6 +280,7 @@ impl Index {
                 path: String::new(),
             });
         }
+        crate::gangs::live::annotate(uid, &mut resolution.workload, &gangs, &refs);
         let by_identity: HashMap<String, Uid> = pods
             .iter()
             .map(|(u, p)| (p.meta.identity(), u.clone()))

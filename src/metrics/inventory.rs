@@ -526,6 +526,28 @@ impl Collector for Inventory {
                 )
             }),
         )?;
+        let board = self.source.board();
+        let gangs = crate::gangs::live::statuses(|uid| board.get(uid).is_some());
+        let gang_labels = |g: &crate::gangs::live::GangStatus| {
+            [
+                ("namespace", g.namespace.clone()),
+                ("kind", g.kind.to_owned()),
+                ("name", g.name.clone()),
+                ("workload", g.workload.clone()),
+            ]
+        };
+        gauges(
+            e,
+            "kartograf_gang_intact",
+            "1 while a gang object's members running reach its minimum (or none is placed yet), 0 once a placed gang lost members (no scheduler reports this after placement)",
+            gangs.iter().map(|g| (gang_labels(g), i64::from(g.intact))),
+        )?;
+        gauges(
+            e,
+            "kartograf_gang_stale",
+            "1 while a gang object disagrees with its workload's graph (minimum, subgroups, members, or its API's rules; see the graph's gang_* diagnostics)",
+            gangs.iter().map(|g| (gang_labels(g), i64::from(g.stale))),
+        )?;
         let upstreams = self.source.upstreams();
         if !upstreams.is_empty() {
             gauges(

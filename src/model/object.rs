@@ -98,7 +98,20 @@ impl ObjectMeta {
         if out.kind.is_empty() || out.name.is_empty() {
             return Err(Skip::NoKindOrName);
         }
-        Ok(out)
+        Ok(out.gang_owner())
+    }
+
+    /// A scheduler's gang object ([`is_gang_object`]) with one owner reference and no
+    /// controller: that owner is its controller (KAI's pod-grouper leaves `controller` unset
+    /// on the reference to the workload), so it joins the workload's owner tree.
+    fn gang_owner(mut self) -> ObjectMeta {
+        if let [only] = self.owners.as_mut_slice()
+            && !only.controller
+            && is_gang_object(&self.api_version, &self.kind)
+        {
+            only.controller = true;
+        }
+        self
     }
 
     /// The controller owner reference, if any.
@@ -348,6 +361,21 @@ pub struct Pod {
     pub(crate) memo: Memo,
 }
 
+/// Whether an object is a scheduler's gang object or its Workload: KAI's
+/// `scheduling.run.ai` PodGroup, `scheduling.k8s.io` Workload, PodGroup and
+/// CompositePodGroup, coscheduling's `scheduling.x-k8s.io` PodGroup (`crate::gangs`).
+pub fn is_gang_object(api_version: &str, kind: &str) -> bool {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    matches!(
+        (group, kind),
+        ("scheduling.run.ai" | "scheduling.x-k8s.io", "PodGroup")
+            | (
+                "scheduling.k8s.io",
+                "PodGroup" | "CompositePodGroup" | "Workload"
+            )
+    )
+}
+
 /// What is kept of an object other than a pod: everything but `metadata.managedFields`,
 /// kubectl's `last-applied-configuration` annotation (a copy of the whole applied object, env
 /// values included) and the `env`/`envFrom` of containers in embedded pod templates. With
@@ -407,6 +435,8 @@ pub const POD_PROJECTION: Keep = Keep::Fields(&[
             ("resources", Keep::All),
             ("resourceClaims", Keep::All),
             ("schedulingGates", Keep::All),
+            // The Workload API's link from a pod to its PodGroup (gang verification).
+            ("schedulingGroup", Keep::All),
             ("containers", Keep::Each(&CONTAINER)),
             ("initContainers", Keep::Each(&CONTAINER)),
         ]),

@@ -399,6 +399,7 @@ impl Resolver<'_> {
                 instance,
                 replica,
                 pods,
+                keys,
                 ..Default::default()
             });
         }

@@ -275,6 +275,34 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
             .map_err(|e| Status::internal(format!("re-decoding a response: {e}")))
     }
 
+    async fn gangs(
+        &self,
+        request: Request<pb::GangsRequest>,
+    ) -> Result<Response<pb::GangsResponse>, Status> {
+        let req = request.into_inner();
+        let format = crate::gangs::Format::from_proto(req.format).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "format: {} is not a gang format (GANG_FORMAT_KAI, _WORKLOAD or _COSCHEDULING)",
+                req.format
+            ))
+        })?;
+        let mut target = req
+            .workload
+            .ok_or_else(|| Status::invalid_argument("set workload (a ResolveRequest)"))?;
+        target.view = pb::View::Full as i32;
+        let frame = self.resolve_frame(target).await?;
+        let workload = pb::ResolveResponse::decode(frame.to_vec().as_slice())
+            .map_err(|e| Status::internal(format!("re-decoding a response: {e}")))?
+            .workload
+            .unwrap_or_default();
+        let rendered = crate::gangs::render(&workload, format)
+            .map_err(|e| validate::bounded(Status::failed_precondition(e.to_string())))?;
+        Ok(Response::new(pb::GangsResponse {
+            objects_json: rendered.objects.iter().map(|o| o.to_string()).collect(),
+            notes: rendered.notes,
+        }))
+    }
+
     async fn list(
         &self,
         request: Request<pb::ListRequest>,

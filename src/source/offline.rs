@@ -176,6 +176,11 @@ impl Snapshot {
         self.index(catalog).owner_cycles()
     }
 
+    /// Every object and pod, in load order.
+    pub fn objects(&self) -> &[Cached] {
+        &self.objects
+    }
+
     /// All pods.
     pub fn pods(&self) -> Vec<Arc<Pod>> {
         self.objects

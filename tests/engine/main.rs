@@ -17,6 +17,7 @@ mod deploy;
 mod deploy_shapes;
 mod drift;
 mod fuzz;
+mod gang_objects;
 mod gangs;
 mod jq_compat;
 mod layers;

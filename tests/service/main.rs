@@ -10,6 +10,7 @@ mod workloads;
 mod budget;
 mod drift;
 mod fake_apiserver;
+mod gangs;
 mod hardening;
 mod hostile;
 mod ingest;

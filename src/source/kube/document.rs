@@ -39,6 +39,15 @@ impl Rule for ObjectRule {
     const KEEP: &'static Keep = &OBJECT_RULE;
 }
 
+/// Gang objects (KAI, Workload API, coscheduling PodGroups): metadata and spec only
+/// (`crate::gangs::live::GANG_PROJECTION`).
+#[derive(Clone, Debug)]
+pub(super) struct GangRule;
+
+impl Rule for GangRule {
+    const KEEP: &'static Keep = &crate::gangs::live::GANG_PROJECTION;
+}
+
 /// What the watcher reads of an object, captured while it is parsed (whether the rule keeps
 /// it or not): name, namespace, uid, resource version.
 const CAPTURE: &[&[&str]] = &[

@@ -43,6 +43,10 @@ pub(super) async fn watch_kind(ctx: Arc<Ctx>, ar: ApiResource, mode: Mode) {
             let api = Api::<Document<ObjectRule>>::all_with(ctx.client.clone(), &ar);
             drive(&ctx, &ar, &ctx.feed, watcher::watcher(api, config)).await;
         }
+        Mode::Gangs => {
+            let api = Api::<Document<super::document::GangRule>>::all_with(ctx.client.clone(), &ar);
+            drive(&ctx, &ar, &ctx.feed, watcher::watcher(api, config)).await;
+        }
         Mode::Definitions => {
             let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &ar);
             let sink = Kartas {

@@ -14,6 +14,9 @@
 //!   list/watch), enough for owner chains and labels;
 //! - `run.ai/v1alpha1` Karta objects (cluster-scoped): each is validated and compiled into
 //!   the cluster layer of the catalog through the [`Publisher`].
+//! - gang objects (KAI, Workload API and coscheduling PodGroups, Workloads,
+//!   CompositePodGroups; `crate::gangs::live::watched_kinds`), when served: metadata and spec
+//!   into the index ([`Mode::Gangs`]), checked against the graph of the root that owns them.
 //!
 //! Kinds are resolved with per-group discovery (`pinned_kind`); kinds not served are retried
 //! every `rediscover` and whenever a new catalog is published, so a CRD installed later or a
@@ -97,6 +100,9 @@ pub enum Mode {
     Metadata,
     /// Karta objects into the cluster definition layer.
     Definitions,
+    /// Gang objects (metadata and spec) into the index, checked against their workloads'
+    /// graphs (`crate::gangs::live`).
+    Gangs,
 }
 
 /// The kinds to watch: catalog root kinds, child kinds and core v1 Pod, by group+kind, each
@@ -108,7 +114,8 @@ pub fn wanted_kinds(catalog: &Catalog) -> BTreeMap<GroupKind, Vec<GroupVersionKi
         .definitions()
         .flat_map(|d| std::iter::once(&d.root_kind).chain(d.child_kinds()))
         .chain(std::iter::once(&pod));
-    for gvk in kinds {
+    let gangs = crate::gangs::live::watched_kinds();
+    for gvk in kinds.chain(gangs.iter()) {
         if gvk.kind.is_empty() || gvk.version.is_empty() || never_watched(gvk) {
             continue;
         }
@@ -132,7 +139,13 @@ fn never_watched(gvk: &GroupVersionKind) -> bool {
 
 /// How a wanted kind is watched: full for root kinds and pods, metadata only otherwise.
 pub fn mode_of(catalog: &Catalog, group: &str, kind: &str) -> Mode {
-    if catalog.covers(group, kind) || (group.is_empty() && kind == "Pod") {
+    if crate::gangs::live::watched_kinds()
+        .iter()
+        .any(|g| g.group == group && g.kind == kind)
+        && !catalog.covers(group, kind)
+    {
+        Mode::Gangs
+    } else if catalog.covers(group, kind) || (group.is_empty() && kind == "Pod") {
         Mode::Full
     } else {
         Mode::Metadata

@@ -77,6 +77,13 @@ impl WorkloadResolver for Fake {
         Err(Status::unimplemented("fake"))
     }
 
+    async fn gangs(
+        &self,
+        _: Request<pb::GangsRequest>,
+    ) -> Result<Response<pb::GangsResponse>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
     type WatchStream = Events;
 
     async fn watch(
