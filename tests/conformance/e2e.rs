@@ -8,15 +8,32 @@ use crate::reading::{self, Reading};
 use crate::upstream;
 use kartograf::definition::Catalog;
 
+/// Flows recorded with a version of their definition that is not stored here (it is not
+/// available): read with the embedded catalog only. See `README.md`.
+const WITHOUT_THEIR_DEFINITION: &[&str] =
+    &["kserve/v0.20.0/serving-kserve-io-llminferenceservice-v1alpha2/stopped"];
+
 fn flows() -> &'static [Flow] {
     static FLOWS: std::sync::OnceLock<Vec<Flow>> = std::sync::OnceLock::new();
     FLOWS.get_or_init(events::load_all)
 }
 
-/// Every recorded state with kartograf's reading of it under `catalog`.
+/// The flows recorded with a stored version of their definition.
+fn with_their_definition() -> impl Iterator<Item = &'static Flow> {
+    flows()
+        .iter()
+        .filter(|f| !WITHOUT_THEIR_DEFINITION.contains(&f.id.as_str()))
+}
+
+/// Every recorded state with kartograf's reading of it under `catalog`: of every flow with the
+/// embedded catalog, of the flows recorded with a stored definition with upstream's.
 fn read_all(catalog: &Catalog) -> Vec<(&'static Flow, usize, &'static State, Reading)> {
+    let embedded = std::ptr::eq(catalog, crate::embedded());
     let mut out = Vec::new();
     for flow in flows() {
+        if !embedded && WITHOUT_THEIR_DEFINITION.contains(&flow.id.as_str()) {
+            continue;
+        }
         for (i, state) in flow.states.iter().enumerate() {
             let reading = reading::read(catalog, &state.object)
                 .unwrap_or_else(|e| panic!("{} state {i}: {e}", flow.id));
@@ -78,7 +95,7 @@ fn an_e2e_recording_of_another_schema_or_without_an_object_is_refused() {
 #[test]
 fn workload_map_definitions_match_every_e2e_recorded_state() {
     let catalog = upstream::workload_map_catalog(false);
-    for flow in flows() {
+    for flow in with_their_definition() {
         let names: Vec<&str> = catalog.definitions().map(|d| d.name.as_str()).collect();
         assert!(
             names.contains(&flow.karta_name.as_str()),
@@ -121,7 +138,14 @@ fn with_the_setting_workload_map_definitions_give_the_recorded_state_as_phase() 
         differ.len()
     );
     assert!(differ.is_empty(), "{differ:#?}");
-    for (flow, i, _, reading) in read_all(upstream::workload_map_catalog(true)) {
+    let all = read_all(upstream::workload_map_catalog(true));
+    // docs/resolution.md says so: the precedence is not exercised by these recordings.
+    let several = all
+        .iter()
+        .filter(|(_, _, _, r)| r.matched.len() > 1)
+        .count();
+    assert_eq!(several, 0, "states matching several statuses");
+    for (flow, i, _, reading) in all {
         // Workload Map's own order: the phase is the first matched status.
         assert_eq!(
             Some(&reading.phase),
@@ -184,4 +208,32 @@ fn embedded_catalog_matches_e2e_recorded_states_except_where_listed() {
         })
         .collect();
     assert_eq!(differ, listed);
+}
+
+#[test]
+fn a_flow_read_without_its_definition_is_one_the_stored_version_misreads() {
+    // Why `WITHOUT_THEIR_DEFINITION` exists: the stored version of the definition the flow
+    // names does not match some state the flow recorded (it was recorded with a later one).
+    let catalog = upstream::workload_map_catalog(false);
+    for id in WITHOUT_THEIR_DEFINITION {
+        let flow = flows()
+            .iter()
+            .find(|f| f.id == *id)
+            .unwrap_or_else(|| panic!("{id} is stored"));
+        let misread: Vec<(usize, &str, Vec<String>)> = flow
+            .states
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let reading = reading::read(catalog, &s.object).expect("reads");
+                (!reading.matched.contains(&s.state)).then_some((
+                    i,
+                    s.state.as_str(),
+                    reading.matched,
+                ))
+            })
+            .collect();
+        println!("{id}: the stored definition misreads {misread:?}");
+        assert!(!misread.is_empty(), "{id}: read it with its definition");
+    }
 }

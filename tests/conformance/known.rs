@@ -203,6 +203,13 @@ pub const E2E_PRECEDENCE: &[PrecedenceDifference] = &[];
 /// The e2e recorded states whose status the embedded catalog reads differently.
 pub const E2E_STATUS: &[StatusDifference] = &[
     StatusDifference {
+        flow: "kserve/v0.20.0/serving-kserve-io-llminferenceservice-v1alpha2/stopped",
+        step: 0,
+        state: "Undefined",
+        matched: &["Initializing"],
+        reason: LLMISVC_NO_STATUS,
+    },
+    StatusDifference {
         flow: "kserve/v1.34.0/serving-kserve-io-llminferenceservice-v1alpha2/failed",
         step: 0,
         state: "Undefined",
