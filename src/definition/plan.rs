@@ -205,6 +205,29 @@ impl PhasePrecedence {
     }
 }
 
+/// The precedence of definitions compiled from now on that are not embedded and carry no
+/// [`PHASE_PRECEDENCE`] annotation (`--phase-precedence`); the embedded catalog keeps
+/// kartograf's.
+static UNANNOTATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets the precedence of unannotated, non-embedded definitions compiled from now on (set it
+/// before definitions are loaded).
+pub fn set_unannotated_phase_precedence(precedence: PhasePrecedence) {
+    UNANNOTATED.store(
+        precedence == PhasePrecedence::WorkloadMap,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// The precedence of unannotated, non-embedded definitions.
+pub fn unannotated_phase_precedence() -> PhasePrecedence {
+    if UNANNOTATED.load(std::sync::atomic::Ordering::Relaxed) {
+        PhasePrecedence::WorkloadMap
+    } else {
+        PhasePrecedence::Kartograf
+    }
+}
+
 /// Compiled status definition.
 #[derive(Debug)]
 pub struct StatusPlan {
