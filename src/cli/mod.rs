@@ -101,10 +101,10 @@ pub struct DefinitionArgs {
     /// A folder (or file) of extra definitions; they replace embedded ones for the same kind.
     #[arg(short = 'd', long = "definitions", env = "KARTOGRAF_DEFINITIONS")]
     pub definitions: Option<PathBuf>,
-    /// How `phase` is chosen among the matched statuses for definitions other than the
-    /// embedded ones that carry no `kartograf.io/phase-precedence` annotation: `kartograf`
+    /// How `phase` is chosen among the matched statuses of a definition from `--definitions`
+    /// or the cluster without a `kartograf.io/phase-precedence` annotation: `kartograf`
     /// (kartograf's precedence) or `workload-map` (the first matched status, in Workload Map's
-    /// order). The embedded catalog keeps kartograf's.
+    /// order). The embedded catalog always keeps kartograf's.
     #[arg(
         long,
         env = "KARTOGRAF_PHASE_PRECEDENCE",
