@@ -45,8 +45,9 @@ pub struct Definition {
     pub gang: Option<GangPlan>,
     /// Problems that do not stop the definition from loading (upstream accepts them).
     pub warnings: Vec<DefinitionError>,
-    /// How `phase` is chosen among the matched statuses (annotation
-    /// [`PHASE_PRECEDENCE`]).
+    /// How `phase` is chosen among the matched statuses: the annotation
+    /// [`PHASE_PRECEDENCE`]; without it kartograf's for the embedded catalog and
+    /// [`unannotated_phase_precedence`] (`--phase-precedence`) for any other origin.
     pub phase_precedence: PhasePrecedence,
     /// Unique within the process: what answers remembered on pods are keyed by.
     pub(super) id: u64,
