@@ -110,6 +110,17 @@ pub struct DefinitionArgs {
     /// A folder (or file) of extra definitions; they replace embedded ones for the same kind.
     #[arg(short = 'd', long = "definitions", env = "KARTOGRAF_DEFINITIONS")]
     pub definitions: Option<PathBuf>,
+    /// How `phase` is chosen among the matched statuses of a definition from `--definitions`
+    /// or the cluster without a `kartograf.io/phase-precedence` annotation: `kartograf`
+    /// (kartograf's precedence) or `workload-map` (the first matched status, in Workload Map's
+    /// order). The embedded catalog always keeps kartograf's.
+    #[arg(
+        long,
+        env = "KARTOGRAF_PHASE_PRECEDENCE",
+        default_value = "kartograf",
+        value_parser = ["kartograf", "workload-map"]
+    )]
+    pub phase_precedence: String,
 }
 
 /// The largest file read from a folder (manifests, definitions), shared by `serve` and
@@ -237,9 +248,21 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
+impl DefinitionArgs {
+    /// Makes `--phase-precedence` the precedence of every unannotated, non-embedded
+    /// definition this process compiles from now on (call it before loading definitions).
+    pub fn apply(&self) {
+        // The value parser admits only the two known values.
+        let precedence = crate::definition::plan::PhasePrecedence::parse(&self.phase_precedence)
+            .unwrap_or_default();
+        crate::definition::plan::set_unannotated_phase_precedence(precedence);
+    }
+}
+
 /// The embedded catalog plus `--definitions`, layered as `serve` layers them; invalid
 /// definitions are a listed error.
 fn load_catalog(args: &DefinitionArgs) -> anyhow::Result<crate::definition::Catalog> {
+    args.apply();
     let mut layers = crate::definition::layers::Layers::new();
     if let Some(dir) = args.definitions.as_deref() {
         let (defs, errors) = crate::definition::catalog::load_path(dir);

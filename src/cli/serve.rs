@@ -267,6 +267,7 @@ fn cluster_name(args: &Args) -> anyhow::Result<(String, bool)> {
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     args.budget.apply();
+    args.definitions.apply();
     args.file_limits.apply();
     let report = Arc::new(LoadReport::default());
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);

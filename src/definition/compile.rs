@@ -124,7 +124,7 @@ impl Definition {
             warnings: Vec::new(),
         };
         check_header(&mut cx, &karta);
-        let phase_precedence = phase_precedence(&mut cx, &karta);
+        let phase_precedence = phase_precedence(&mut cx, &karta, origin);
         let structure = &karta.spec.structure_definition;
         let located = locate_components(structure);
         let Some(index) = unique_names(&mut cx, &located) else {
@@ -180,11 +180,15 @@ impl Definition {
     }
 }
 
-/// The [`PHASE_PRECEDENCE`] annotation: absent is kartograf's precedence; any other value
+/// The [`PHASE_PRECEDENCE`] annotation: absent is kartograf's precedence for the embedded
+/// catalog and the configured one (`--phase-precedence`) for any other origin; any other value
 /// than the two known ones is an error.
-fn phase_precedence(cx: &mut Ctx<'_>, karta: &Karta) -> PhasePrecedence {
+fn phase_precedence(cx: &mut Ctx<'_>, karta: &Karta, origin: &str) -> PhasePrecedence {
     let Some(value) = karta.metadata.annotations.get(PHASE_PRECEDENCE) else {
-        return PhasePrecedence::default();
+        if origin == super::catalog::EMBEDDED {
+            return PhasePrecedence::Kartograf;
+        }
+        return super::plan::unannotated_phase_precedence();
     };
     PhasePrecedence::parse(value).unwrap_or_else(|| {
         cx.error(

@@ -170,3 +170,61 @@ pub const UPSTREAM_EXTRACTION: &[ExtractionDifference] = &[
         reason: "as minReplicas above",
     },
 ];
+
+/// A recorded state whose phase, read with Workload Map's own definition and kartograf's
+/// precedence, is not Workload Map's.
+pub struct PrecedenceDifference {
+    /// Flow id (path below the fixtures root, without `.yaml`).
+    pub flow: &'static str,
+    /// Step (state) index in the flow.
+    pub step: usize,
+    /// Workload Map's phase: its first matched status (`fixtures/karta`), the recorded state
+    /// (`fixtures/workload-map`).
+    pub workload_map: &'static str,
+    /// kartograf's phase.
+    pub kartograf: &'static str,
+}
+
+/// The recorded states (`fixtures/karta`) where, with Workload Map's own definitions, kartograf's
+/// precedence gives another phase than Workload Map's first matched status (the first entry of
+/// what Workload Map lists, and what `kartograf.io/phase-precedence: workload-map` gives).
+pub const PRECEDENCE: &[PrecedenceDifference] = &[PrecedenceDifference {
+    flow: "batch-job/v1.34.0/batch-job-v1/degraded",
+    step: 2,
+    workload_map: "Running",
+    kartograf: "Degraded",
+}];
+
+/// The e2e recorded states (`fixtures/workload-map`) where, with the definition the recording
+/// names, kartograf's precedence gives another phase than the recorded state: none; in every
+/// stored state exactly one status matches.
+pub const E2E_PRECEDENCE: &[PrecedenceDifference] = &[];
+
+/// The e2e recorded states whose status the embedded catalog reads differently.
+pub const E2E_STATUS: &[StatusDifference] = &[
+    StatusDifference {
+        flow: "kserve/v0.20.0/serving-kserve-io-llminferenceservice-v1alpha2/stopped",
+        step: 0,
+        state: "Undefined",
+        matched: &["Initializing"],
+        reason: LLMISVC_NO_STATUS,
+    },
+    StatusDifference {
+        flow: "kserve/v1.34.0/serving-kserve-io-llminferenceservice-v1alpha2/failed",
+        step: 0,
+        state: "Undefined",
+        matched: &["Initializing"],
+        reason: LLMISVC_NO_STATUS,
+    },
+    StatusDifference {
+        flow: "kserve/v1.34.0/serving-kserve-io-llminferenceservice-v1alpha2/running",
+        step: 0,
+        state: "Undefined",
+        matched: &["Initializing"],
+        reason: LLMISVC_NO_STATUS,
+    },
+];
+
+const LLMISVC_NO_STATUS: &str = "an LLMInferenceService the controller has not written a status \
+     for yet (just created) is being set up: kartograf reads Initializing; Workload Map's \
+     definition matches nothing (Undefined)";

@@ -3,6 +3,7 @@
 
 use crate::common::*;
 use kartograf::proto::v1 as pb;
+use std::process::Command;
 
 #[test]
 fn json_output_is_the_proto3_canonical_mapping() {
@@ -223,4 +224,109 @@ fn check_passes_the_catalog_and_fails_bad_files() {
         "invalid --definitions are an error, listed"
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("structureDefinition"));
+}
+
+/// `resolve` of `file` with `extra` arguments: (phase, matched) as the JSON enum names.
+fn phase_and_matched(file: &str, extra: &[&str]) -> (String, Vec<String>) {
+    let mut args = vec!["resolve", "-f", file, "-o", "json"];
+    args.extend_from_slice(extra);
+    let out = kartograf(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let status = &v["workload"]["status"];
+    let matched = status["matched"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap().to_owned())
+        .collect();
+    (status["phase"].as_str().unwrap().to_owned(), matched)
+}
+
+const UPSTREAM_DEFINITIONS: &str = "tests/conformance/definitions/karta";
+const RUNNING_DEGRADED: [&str; 2] = ["PHASE_RUNNING", "PHASE_DEGRADED"];
+
+#[test]
+fn phase_precedence_workload_map_applies_to_unannotated_definitions_from_a_folder() {
+    // Workload Map's batch-job-v1 matches Running and Degraded on this Indexed Job.
+    let file = "tests/fixtures/engine/job-running-degraded.yaml";
+    let (phase, matched) = phase_and_matched(file, &["-d", UPSTREAM_DEFINITIONS]);
+    assert_eq!(matched, RUNNING_DEGRADED);
+    assert_eq!(phase, "PHASE_DEGRADED", "kartograf's precedence by default");
+    let flag = [
+        "-d",
+        UPSTREAM_DEFINITIONS,
+        "--phase-precedence",
+        "workload-map",
+    ];
+    let (phase, matched) = phase_and_matched(file, &flag);
+    assert_eq!(matched, RUNNING_DEGRADED, "matched does not change");
+    assert_eq!(phase, "PHASE_RUNNING", "the first matched status");
+    let out = Command::new(env!("CARGO_BIN_EXE_kartograf"))
+        .args([
+            "resolve",
+            "-f",
+            file,
+            "-o",
+            "json",
+            "-d",
+            UPSTREAM_DEFINITIONS,
+        ])
+        .env("KARTOGRAF_PHASE_PRECEDENCE", "workload-map")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["workload"]["status"]["phase"], "PHASE_RUNNING",
+        "from the environment"
+    );
+}
+
+#[test]
+fn phase_precedence_leaves_the_embedded_catalog_and_annotated_definitions_alone() {
+    // The embedded catalog matches Running and Degraded on a Job with a failed pod.
+    let file = "tests/fixtures/engine/job-running-failed-pod.yaml";
+    for flag in [[].as_slice(), &["--phase-precedence", "workload-map"]] {
+        let (phase, matched) = phase_and_matched(file, flag);
+        assert_eq!(matched, RUNNING_DEGRADED);
+        assert_eq!(phase, "PHASE_DEGRADED", "embedded, {flag:?}");
+    }
+    // A definition annotated `kartograf` keeps kartograf's precedence under the flag.
+    let upstream = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(UPSTREAM_DEFINITIONS)
+            .join("docs/catalog/batch-job-v1.yaml"),
+    )
+    .unwrap();
+    let annotated = upstream.replace(
+        "metadata:\n  name: batch-job-v1\n",
+        "metadata:\n  name: batch-job-v1\n  annotations:\n    kartograf.io/phase-precedence: kartograf\n",
+    );
+    assert_ne!(annotated, upstream);
+    let def = temp_file("batch-job-v1.yaml", &annotated);
+    let dir = def.parent().unwrap().to_str().unwrap();
+    let (phase, _) = phase_and_matched(
+        "tests/fixtures/engine/job-running-degraded.yaml",
+        &["-d", dir, "--phase-precedence", "workload-map"],
+    );
+    assert_eq!(phase, "PHASE_DEGRADED", "the annotation wins");
+}
+
+#[test]
+fn an_unknown_phase_precedence_is_a_usage_error() {
+    let out = kartograf(&[
+        "resolve",
+        "-f",
+        "tests/fixtures/engine/job-running-degraded.yaml",
+        "--phase-precedence",
+        "first",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--phase-precedence"), "{err}");
 }
