@@ -306,10 +306,11 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let admin = tokio::spawn(crate::admin::serve_limited(
+    let admin = tokio::spawn(crate::admin::serve_with_ui(
         admin_listener,
         shared.clone(),
         metrics_tokens,
+        tokens.clone(),
         crate::admin::Limits {
             header_read_timeout: positive(args.handshake_timeout),
             idle_timeout: positive(args.idle_timeout),
