@@ -7,12 +7,14 @@
   const h = K.h;
   const s = K.s;
 
-  const COL = 250;        // column spacing
-  const BOX_W = 214;
+  const COL = 262;        // column spacing
+  const BOX_W = 232;
   const BOX_H = 40;
   const ROW = 50;         // row height (one leaf)
   const PAD = 24;
   const MAX_PODS = 48;    // pods drawn per instance (the table lists them all)
+  const GANG_LABEL = 18;  // room above a pod for each gang label that starts there
+  const GANG_GAP_BELOW = 8;
 
   function podClass(p) {
     const phase = p.phase || "";
@@ -42,7 +44,16 @@
       kind: "root", label: (r.kind || "") + " " + (r.name || ""), sub: status + " · " + podsText(w.pods),
       cls: K.STATUS_CLASS[status] || "muted", children: [],
     };
-    for (const c of w.components || []) root.children.push(component(c));
+    const comps = w.components || [];
+    const own = comps.length === 1 && (comps[0].instances || []).length === 1 && comps[0].kind && comps[0].kind.kind === r.kind;
+    if (own) {
+      // The root's own component with one instance is the root box itself.
+      const i = instance(comps[0].instances[0]);
+      root.sub += i.sub.includes("GPUs") ? " · GPUs" + i.sub.split("GPUs")[1] : "";
+      root.children = i.children;
+    } else {
+      for (const c of comps) root.children.push(component(c));
+    }
     const loose = w.unattributedPods || [];
     if (loose.length) {
       root.children.push({ kind: "component", label: "pods of no component", sub: loose.length + " pods", cls: "muted",
@@ -59,7 +70,15 @@
   function component(c) {
     const kind = c.kind ? c.kind.kind : "";
     const instances = c.instances || [];
-    const node = { kind: "component", label: c.name || "", sub: (kind ? kind + " · " : "") + instances.length + " instance" + (instances.length === 1 ? "" : "s"), children: [] };
+    if (instances.length === 1) {
+      // One instance: component and instance are one box.
+      const node = instance(instances[0]);
+      node.kind = "component";
+      node.label = (c.name || "") + (instances[0].id ? " · " + instances[0].id : "");
+      node.sub = (kind ? kind + " · " : "") + node.sub;
+      return node;
+    }
+    const node = { kind: "component", label: c.name || "", sub: (kind ? kind + " · " : "") + instances.length + " instances", children: [] };
     let desired = 0, ready = 0;
     for (const i of instances) {
       desired += (i.pods || {}).desired || 0;
@@ -93,11 +112,20 @@
     return out;
   }
 
-  // Places leaves one per row and parents at the middle of their children.
+  // Places leaves one per row and parents at the middle of their children; a pod that enters
+  // gang groups gets room above it for their labels.
   function layout(node, depth, next) {
     node.depth = depth;
     if (!node.children.length) {
-      node.y = next.row++ * ROW;
+      const groups = node.pod ? next.member.get(node.pod.name) || [] : [];
+      const entered = groups.filter((g) => !next.open.includes(g));
+      const left = next.open.filter((g) => !groups.includes(g));
+      next.y += left.length * GANG_GAP_BELOW + entered.length * GANG_LABEL;
+      node.y = next.y;
+      node.entered = entered;
+      next.open = groups;
+      next.y += ROW;
+      next.leaves += 1;
     } else {
       for (const c of node.children) layout(c, depth + 1, next);
       const first = node.children[0].y;
@@ -124,13 +152,31 @@
 
   function draw(w, status) {
     const root = tree(w, status);
-    const next = { row: 0, depth: 0 };
+    const gangs = gangGroups(w);
+    // pod name -> the groups it belongs to (outermost first); groups naming no pods take the
+    // pods of their instance.
+    const byInstance = new Map();
+    walk(root, (n) => { if (n.id) byInstance.set(n.id, n); });
+    const member = new Map();
+    for (const x of gangs) {
+      let names = x.g.pods || [];
+      if (!names.length && x.g.instance && byInstance.has(x.g.instance)) {
+        names = [];
+        walk(byInstance.get(x.g.instance), (n) => { if (n.pod) names.push(n.pod.name); });
+      }
+      x.names = new Set(names);
+      for (const name of names) {
+        if (!member.has(name)) member.set(name, []);
+        member.get(name).push(x);
+      }
+    }
+    const next = { y: 0, depth: 0, leaves: 0, open: [], member };
     layout(root, 0, next);
     const podDepth = next.depth;
-    const gangs = gangGroups(w);
-    const gangPad = 14 + 10 * Math.min(4, gangs.reduce((m, x) => Math.max(m, x.level + 1), 0));
-    const width = PAD * 2 + next.depth * COL + BOX_W + gangPad * 2 + 40;
-    const height = PAD * 2 + Math.max(1, next.row) * ROW + 20;
+    const maxLevel = gangs.reduce((m, x) => Math.max(m, x.level), -1);
+    const gangPad = maxLevel < 0 ? 0 : 8 + 8 * Math.min(4, maxLevel + 1);
+    const width = PAD * 2 + next.depth * COL + BOX_W + gangPad * 2 + 8;
+    const height = PAD * 2 + next.y + next.open.length * GANG_GAP_BELOW + 10;
     const svg = s("svg", { class: "graph", id: "graph", width, height, viewBox: "0 0 " + width + " " + height, role: "img", "aria-label": "workload graph" });
     const edges = s("g", { class: "edges" });
     const boxes = s("g", { class: "boxes" });
@@ -139,20 +185,21 @@
     svg.appendChild(edges);
     svg.appendChild(boxes);
     const x = (n) => PAD + n.depth * COL;
-    const y = (n) => PAD + 20 + n.y;
-    const podsByName = new Map();
+    const y = (n) => PAD + n.y;
+    const podNodes = new Map();
     walk(root, (n) => {
       for (const c of n.children) {
         const x1 = x(n) + BOX_W, y1 = y(n) + BOX_H / 2, x2 = x(c), y2 = y(c) + BOX_H / 2;
         const mid = (x1 + x2) / 2;
         edges.appendChild(s("path", { d: "M" + x1 + " " + y1 + " C" + mid + " " + y1 + " " + mid + " " + y2 + " " + x2 + " " + y2 }));
       }
-      if (n.pod) podsByName.set(n.pod.name, n);
+      if (n.pod) podNodes.set(n.pod.name, n);
       const g = s("g", { class: "node node-" + n.kind + " st-" + n.cls, transform: "translate(" + x(n) + "," + y(n) + ")" });
       g.appendChild(s("rect", { width: BOX_W, height: BOX_H, rx: 6 }));
       g.appendChild(s("rect", { class: "stripe", width: 5, height: BOX_H, rx: 2 }));
-      g.appendChild(s("text", { x: 12, y: 16, class: "label" }, clip(n.label, 30)));
-      g.appendChild(s("text", { x: 12, y: 32, class: "sub" }, clip(n.sub, 36)));
+      const room = n.pod && gpusOf(n.pod.resources) ? 25 : 30;
+      g.appendChild(s("text", { x: 12, y: 16, class: "label" }, clip(n.label, room)));
+      g.appendChild(s("text", { x: 12, y: 32, class: "sub" }, clip(n.sub, room + 5)));
       g.appendChild(s("title", null, K.cut(n.label, 500) + "\n" + K.cut(n.sub, 500)));
       if (n.pod && gpusOf(n.pod.resources)) {
         const gx = BOX_W - 30;
@@ -161,26 +208,24 @@
       }
       boxes.appendChild(g);
     });
-    // Gangs: an enclosure around the members (pods named by the group, else the pods under
-    // its instance), with its minimum.
-    const byInstance = new Map();
-    walk(root, (n) => { if (n.kind === "instance") byInstance.set(n.id, n); });
-    for (const { g, level } of gangs) {
-      let members = (g.pods || []).map((p) => podsByName.get(p)).filter(Boolean);
-      if (!members.length && g.instance && byInstance.has(g.instance)) {
-        walk(byInstance.get(g.instance), (n) => { if (n.kind === "pod") members.push(n); });
-      }
+    // Gangs: an enclosure around the drawn members, labelled with the group's minimum.
+    for (const grp of gangs) {
+      const members = [...grp.names].map((n) => podNodes.get(n)).filter(Boolean);
       if (!members.length) continue;
-      const inset = gangPad - 10 * Math.min(4, level);
-      const top = Math.min(...members.map(y)) - 16 - 6;
-      const bottom = Math.max(...members.map(y)) + BOX_H + 6;
+      const first = members.reduce((a, b) => (a.y <= b.y ? a : b));
+      const last = members.reduce((a, b) => (a.y >= b.y ? a : b));
+      // Labels of groups that start at the same pod stack, the outermost on top.
+      const above = (first.entered || []).filter((o) => o.level >= grp.level).length;
+      const below = Math.max(0, maxLevel - grp.level);
+      const inset = 8 + 8 * Math.max(0, Math.min(4, maxLevel - grp.level));
+      const top = y(first) - 4 - above * GANG_LABEL;
+      const bottom = y(last) + BOX_H + 3 + below * 3;
       const left = PAD + podDepth * COL - inset;
-      const gw = BOX_W + inset * 2;
-      const encl = s("g", { class: "gang" + (level ? " gang-sub" : "") });
-      encl.appendChild(s("rect", { x: left, y: top, width: gw, height: bottom - top, rx: 10 }));
-      const total = (g.pods || []).length || members.length;
-      encl.appendChild(s("text", { x: left + 8, y: top + 12 }, clip("gang " + (g.name || "") + " · min " + (g.minMember || 0) + " of " + total, 40)));
-      encl.appendChild(s("title", null, "gang " + K.cut(g.name, 300) + ": at least " + (g.minMember || 0) + " of " + total + " pods together"));
+      const encl = s("g", { class: "gang gang-l" + Math.min(grp.level, 3) });
+      encl.appendChild(s("rect", { x: left, y: top, width: BOX_W + inset * 2, height: bottom - top, rx: 8 }));
+      const total = grp.names.size;
+      encl.appendChild(s("text", { x: left + 8, y: top + 13 }, clip("gang " + (grp.g.name || "") + " · min " + (grp.g.minMember || 0) + " of " + total + " pods", 38)));
+      encl.appendChild(s("title", null, "gang " + K.cut(grp.g.name, 300) + ": at least " + (grp.g.minMember || 0) + " of its " + total + " pods are placed together" + (grp.g.minSubgroups ? "; at least " + grp.g.minSubgroups + " subgroups" : "")));
       enclosures.appendChild(encl);
     }
     return svg;
@@ -262,7 +307,7 @@
           }), h("span", { class: "legend-item" }, h("span", { class: "swatch swatch-gpu" }), "GPUs of a pod"),
           h("span", { class: "legend-item" }, h("span", { class: "swatch swatch-gang" }), "gang")),
           h("div", { class: "graphwrap" }, draw(w, d.status))),
-        h("div", { class: "cols" },
+        h("div", { class: "cols cols-main" },
           h("section", { class: "card" }, h("h2", null, "Pods (" + pods.length + ")"),
             h("table", { class: "grid", id: "pods" },
               h("thead", null, h("tr", null, h("th", null, "Pod"), h("th", null, "Component / instance"), h("th", null, "Node"), h("th", null, "Phase"), h("th", { class: "num" }, "GPUs"))),
