@@ -96,19 +96,23 @@ def hostile_pod() -> dict:
 class Server:
     """`kartograf serve --manifests` over a copy of the demo cluster and a hostile pod."""
 
-    def __init__(self, workdir: Path, tokens: Path | None = None):
-        self.dir = workdir / "cluster"
-        shutil.copytree(CLUSTER, self.dir)
-        (self.dir / "hostile.yaml").write_text(json.dumps(hostile_pod()))
+    def __init__(self, workdir: Path, tokens: Path | None = None, upstream: "Server | None" = None):
         self.admin = f"127.0.0.1:{free_port()}"
+        self.grpc = f"127.0.0.1:{free_port()}"
+        if upstream is None:
+            self.dir = workdir / "cluster"
+            shutil.copytree(CLUSTER, self.dir)
+            (self.dir / "hostile.yaml").write_text(json.dumps(hostile_pod()))
+            source = ["--manifests", str(self.dir)]
+        else:
+            # An aggregator in front of `upstream`, which serves its cluster as `default`.
+            self.dir = upstream.dir
+            source = ["--upstream", f"demo@default=http://{upstream.grpc}"]
         exe = binary()
         if not exe.is_file():
             pytest.fail(f"no kartograf binary at {exe}: build it (cargo build) or set KARTOGRAF_BIN")
-        self.log_path = workdir / "kartograf.log"
-        args = [
-            str(exe), "serve", "--manifests", str(self.dir),
-            "--listen", f"127.0.0.1:{free_port()}", "--admin-listen", self.admin,
-        ]
+        self.log_path = workdir / ("aggregator.log" if upstream else "kartograf.log")
+        args = [str(exe), "serve", *source, "--listen", self.grpc, "--admin-listen", self.admin]
         if tokens:
             args += ["--auth-tokens", str(tokens)]
         with open(self.log_path, "wb") as log:
@@ -307,6 +311,42 @@ def test_live_feed_sends_changes_and_resumes(server):
     assert name == "hello" and hello["resumed"] is False
     conn.close()
     replace_file(path, text)
+
+
+def test_the_aggregator_serves_the_view_of_its_clusters(server, tmp_path):
+    agg = Server(tmp_path, upstream=server)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while agg.api("workloads?limit=1")["all"] < server.api("workloads?limit=1")["all"]:
+            assert time.monotonic() < deadline, "the aggregator did not get every workload"
+            time.sleep(0.1)
+        o = agg.api("overview")
+        assert [r["key"] for r in o["by_cluster"]] == ["default"]
+        page = agg.api("workloads?cluster=default&namespace=ml&kind=JobSet")
+        assert "llama-train" in [r["name"] for r in page["rows"]]
+        assert {r["cluster"] for r in page["rows"]} == {"default"}
+        detail = agg.api(f"workload?uid={LLAMA_TRAIN_UID}&cluster=default")
+        assert detail["workload"]["cluster"] == "default"
+        assert agg.get(f"/ui/api/workload?uid={LLAMA_TRAIN_UID}&cluster=elsewhere")[0] == 404
+        # The live feed of the aggregator follows the upstream's changes.
+        conn, r = open_events(agg)
+        name, _, hello = next_event(r)
+        assert name == "hello"
+        path = server.dir / "job.yaml"
+        text = path.read_text()
+        replace_file(path, text.replace("job-name: finetune\n", "job-name: finetune\n    ui-agg: one\n", 1))
+        try:
+            deadline = time.monotonic() + LIVE_TIMEOUT
+            seen = False
+            while not seen and time.monotonic() < deadline:
+                name, _, data = next_event(r)
+                seen = name == "changes" and any(c["name"] == "finetune" and c["cluster"] == "default" for c in data["changes"])
+            assert seen
+        finally:
+            conn.close()
+            replace_file(path, text)
+    finally:
+        agg.stop()
 
 
 def test_tokens_guard_the_data_not_the_assets(tmp_path):

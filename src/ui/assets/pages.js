@@ -219,6 +219,8 @@
       }
       table.dataset.ready = "1";
       table.dataset.revision = String(p.revision);
+      // For time-to-interactive measurements (benches/ui_browser.py).
+      performance.mark("kartograf:workloads-rendered");
     };
     page.dispose = () => { if (controller) controller.abort(); };
     return page;
