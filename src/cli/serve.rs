@@ -93,7 +93,7 @@ pub struct Args {
     /// gRPC listen address.
     #[arg(long, env = "KARTOGRAF_LISTEN", default_value = "0.0.0.0:50051")]
     pub listen: SocketAddr,
-    /// Admin HTTP listen address (`/livez`, `/readyz`, `/metrics`).
+    /// Admin HTTP listen address (`/livez`, `/readyz`, `/metrics`, the web view `/ui/`).
     #[arg(long, env = "KARTOGRAF_ADMIN_LISTEN", default_value = "0.0.0.0:9090")]
     pub admin_listen: SocketAddr,
     /// Changes kept for Watch resume (`since_revision`).

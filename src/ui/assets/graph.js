@@ -224,7 +224,8 @@
       const encl = s("g", { class: "gang gang-l" + Math.min(grp.level, 3) });
       encl.appendChild(s("rect", { x: left, y: top, width: BOX_W + inset * 2, height: bottom - top, rx: 8 }));
       const total = grp.names.size;
-      encl.appendChild(s("text", { x: left + 8, y: top + 13 }, clip("gang " + (grp.g.name || "") + " · min " + (grp.g.minMember || 0) + " of " + total + " pods", 38)));
+      const fits = Math.floor((BOX_W + inset * 2 - 16) / 6.4);
+      encl.appendChild(s("text", { x: left + 8, y: top + 13 }, clip("gang " + (grp.g.name || "") + " · min " + (grp.g.minMember || 0) + "/" + total, fits)));
       encl.appendChild(s("title", null, "gang " + K.cut(grp.g.name, 300) + ": at least " + (grp.g.minMember || 0) + " of its " + total + " pods are placed together" + (grp.g.minSubgroups ? "; at least " + grp.g.minSubgroups + " subgroups" : "")));
       enclosures.appendChild(encl);
     }

@@ -38,7 +38,7 @@
         h("td", null, K.bar((t.current || {}).gpus, (t.desired || {}).gpus)));
     });
     return h("table", { class: "grid" },
-      h("thead", null, h("tr", null, h("th", null, keyLabel), h("th", { class: "num" }, "Workloads"), h("th", { class: "num" }, "Pods ready / desired"), h("th", null, "GPUs held / desired"))),
+      h("thead", null, h("tr", null, h("th", null, keyLabel), h("th", { class: "num" }, "Workloads"), h("th", { class: "num" }, "Pods ready"), h("th", null, "GPUs held / desired"))),
       h("tbody", null, body));
   }
 
@@ -54,17 +54,17 @@
         h("h1", null, "Overview"),
         o.synced ? null : h("p", { class: "notice notice-warn" }, "Still loading the first full view of: " + o.pending.join(", ")),
         h("div", { class: "stats" },
-          stat("workloads", K.fmt(o.workloads), statuses.length + " statuses"),
-          stat("GPUs held / desired", K.bar(g.held, g.desired), null, "wide"),
+          stat("workloads", K.fmt(o.workloads), o.by_cluster.length === 1 ? "cluster " + K.cut(o.by_cluster[0].key, 60) : o.by_cluster.length + " clusters"),
+          stat("GPUs held / desired", K.bar(Math.round(g.held * 10) / 10, Math.round(g.desired * 10) / 10), null, "wide"),
           stat("GPUs held, workload not running", K.fmt(g.held_not_working), "completed, failed, suspended", g.held_not_working > 0 ? "warn" : null),
           stat("GPUs held by pods of no workload", K.fmt(g.unowned), o.unowned_total + " pods", g.unowned > 0 ? "warn" : null),
           stat("definitions", K.fmt(d.active), d.with_warnings + " with warnings · " + d.quarantined + " quarantined · " + d.failed_files + " failed files", d.quarantined + d.failed_files > 0 ? "bad" : null),
           stat("sources", K.fmt(o.sources.length), sourcesBad ? sourcesBad + " with problems" : "all synced", sourcesBad ? "warn" : null)),
         h("div", { class: "chips" }, statuses.map(([s, n]) =>
           h("a", { class: "chip", href: "#/workloads" + K.qs({ status: s }) }, K.pill(s), " ", K.fmt(n)))),
+        o.by_cluster.length > 1 ?
+          section("By cluster", totalsTable(o.by_cluster, "Cluster", (r) => "#/workloads" + K.qs({ cluster: r.key }))) : null,
         h("div", { class: "cols" },
-          o.by_cluster.length > 1 || (o.by_cluster[0] && o.by_cluster[0].key) ?
-            section("By cluster", totalsTable(o.by_cluster, "Cluster", (r) => "#/workloads" + K.qs({ cluster: r.key }))) : null,
           section("By namespace", totalsTable(o.by_namespace, "Namespace", (r) => "#/workloads" + K.qs({ namespace: r.key }))),
           section("By kind", totalsTable(o.by_kind, "Kind", (r) => "#/workloads" + K.qs({ kind: r.key.split("/").pop() })))),
         h("div", { class: "cols" },
