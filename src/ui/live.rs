@@ -13,7 +13,8 @@
 //!
 //! Events are sent at most every [`MIN_GAP`] (changes in between coalesce). A client that
 //! does not read holds one bounded queue; its feed resumes from its cursor when it reads
-//! again. The feed ends when the server shuts down.
+//! again. The feed ends when the server shuts down. At most [`MAX_FEEDS`] are open at once
+//! (more get 503), so probes and scrapes always find a connection.
 
 use super::Body;
 use crate::index::Filter;
@@ -38,6 +39,32 @@ pub const MIN_GAP: Duration = Duration::from_millis(150);
 const CATALOG_CHECK: Duration = Duration::from_secs(1);
 /// Events queued for one client before the feed waits for it.
 const QUEUE: usize = 4;
+/// Feeds open at once on one process: half the admin port's connections, so that probes and
+/// scrapes always find room. More are refused (503; the page retries).
+pub const MAX_FEEDS: usize = crate::admin::MAX_CONNECTIONS / 2;
+
+static OPEN_FEEDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts an open feed until dropped.
+struct FeedSlot;
+
+impl FeedSlot {
+    fn take() -> Option<FeedSlot> {
+        use std::sync::atomic::Ordering;
+        OPEN_FEEDS
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_FEEDS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| FeedSlot)
+    }
+}
+
+impl Drop for FeedSlot {
+    fn drop(&mut self) {
+        OPEN_FEEDS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
 
 #[derive(Serialize)]
 struct Hello {
@@ -159,9 +186,16 @@ pub fn events(
     last_event_id: Option<&[u8]>,
 ) -> Response<Body> {
     let since = resume_point(query, last_event_id);
+    let Some(slot) = FeedSlot::take() else {
+        return super::error(
+            hyper::StatusCode::SERVICE_UNAVAILABLE,
+            &format!("{MAX_FEEDS} live feeds are open already; retry later"),
+        );
+    };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(QUEUE);
     let shared = shared.clone();
     tokio::spawn(async move {
+        let _slot = slot;
         let board = shared.store.board();
         let mut revisions = board.subscribe();
         let mut shutdown = shared.shutdown.clone();
@@ -227,6 +261,8 @@ pub fn events(
                     last_sent = tokio::time::Instant::now();
                 }
                 _ = shutdown.changed() => return,
+                // The client left: the slot is free at once, not at the next ping.
+                () = tx.closed() => return,
             }
         }
     });
