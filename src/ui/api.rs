@@ -16,12 +16,11 @@
 
 use super::{Body, error, json, query_param};
 use crate::excerpt::excerpt;
-use crate::index::{Filter, Published};
+use crate::index::{Filter, Published, TotalsKey};
 use crate::proto::v1 as pb;
-use crate::server::{DefinitionsService, ResolverService, Shared};
+use crate::server::{DefinitionsService, Shared};
 use hyper::{Response, StatusCode};
 use pb::definitions_server::Definitions;
-use pb::workload_resolver_server::WorkloadResolver;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -44,10 +43,7 @@ pub async fn answer(shared: &Shared, endpoint: &str, query: Option<&str>) -> Res
     let query = query.map(str::to_owned);
     let shared = shared.clone();
     let result: Result<Vec<u8>, (StatusCode, String)> = match endpoint {
-        "overview" => {
-            let totals = totals_all(&shared).await;
-            blocking(move || overview(&shared, totals)).await
-        }
+        "overview" => blocking(move || overview(&shared, totals_all(&shared))).await,
         "workloads" => blocking(move || workloads(&shared, query.as_deref())).await,
         "workload" => blocking(move || workload(&shared, query.as_deref())).await,
         "definitions" => definitions(&shared).await,
@@ -175,25 +171,15 @@ struct DefinitionHealth {
     failed_files: usize,
 }
 
-/// Totals rows by cluster, namespace and kind, through the Totals handler (empty while the
-/// first sync runs).
-async fn totals_all(shared: &Shared) -> [Vec<pb::TotalsRow>; 3] {
-    let service = ResolverService::new(shared.clone());
-    let mut out: [Vec<pb::TotalsRow>; 3] = Default::default();
-    for (slot, key) in out.iter_mut().zip([
-        pb::GroupBy::Cluster,
-        pb::GroupBy::Namespace,
-        pb::GroupBy::Kind,
-    ]) {
-        let request = tonic::Request::new(pb::TotalsRequest {
-            group_by: key as i32,
-            ..Default::default()
-        });
-        if let Ok(r) = service.totals(request).await {
-            *slot = r.into_inner().rows;
-        }
+/// Totals rows by cluster, namespace and kind, as the Totals handler computes them (empty
+/// while the first sync runs, when Totals is UNAVAILABLE).
+fn totals_all(shared: &Shared) -> [Vec<pb::TotalsRow>; 3] {
+    let board = shared.store.board();
+    if !shared.store.synced() {
+        return Default::default();
     }
-    out
+    [TotalsKey::Cluster, TotalsKey::Namespace, TotalsKey::Kind]
+        .map(|key| board.totals(key, "", "").0)
 }
 
 fn overview(shared: &Shared, totals: [Vec<pb::TotalsRow>; 3]) -> Answer {
