@@ -78,14 +78,18 @@
     }
   }
 
-  // Reloads the current page's data soon (changes that come together make one reload).
+  // Reloads the current page's data soon: changes that come together make one reload, and
+  // under a stream of changes a page reloads at most every 400 ms.
+  let lastRefresh = 0;
   function refreshSoon() {
     if (refreshTimer) return;
+    const wait = Math.max(50, 400 - (performance.now() - lastRefresh));
     refreshTimer = setTimeout(async () => {
       refreshTimer = null;
+      lastRefresh = performance.now();
       if (!current) return;
       try { await current.page.load(); } catch (err) { K.failed(err); }
-    }, 50);
+    }, wait);
   }
 
   const live = new K.Live({
