@@ -1593,7 +1593,10 @@ async fn web_view(k: &mut Kartograf, case: &Case<'_>, table: &mut Table) {
             ),
             format!("/ui/api/workloads?q={part}&limit=100"),
             format!("/ui/api/workloads?sort=name&offset={late}&limit=100"),
-            format!("/ui/api/workload?uid={}", t.uid),
+            format!(
+                "/ui/api/workload?kind={}&namespace={}&name={}",
+                t.kind, t.namespace, t.name
+            ),
             "/ui/api/definitions".to_owned(),
         ];
         for (i, path) in paths.iter().enumerate() {
