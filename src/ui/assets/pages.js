@@ -28,14 +28,12 @@
   function totalsTable(rows, keyLabel, link) {
     if (!rows.length) return h("p", { class: "muted" }, "No workloads.");
     const body = rows.map((r) => {
-      const t = r.totals || {};
-      const p = r.pods || {};
       const key = r.key === "" ? "(none)" : r.key;
       return h("tr", null,
         h("td", null, keyCell(key, link ? link(r) : null, keyLabel === "Kind")),
         h("td", { class: "num" }, K.fmt(r.workloads)),
-        h("td", { class: "num" }, K.fmt(p.ready) + " / " + K.fmt(p.desired)),
-        h("td", null, K.bar((t.current || {}).gpus, (t.desired || {}).gpus)));
+        h("td", { class: "num" }, K.fmt(r.pods_ready) + " / " + K.fmt(r.pods_desired)),
+        h("td", null, K.bar(Math.round(r.gpus_held * 100) / 100, Math.round(r.gpus_desired * 100) / 100)));
     });
     return h("table", { class: "grid" },
       h("thead", null, h("tr", null, h("th", null, keyLabel), h("th", { class: "num" }, "Workloads"), h("th", { class: "num" }, "Pods ready"), h("th", null, "GPUs held / desired"))),
