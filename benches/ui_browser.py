@@ -85,6 +85,7 @@ def main() -> int:
     ap.add_argument("--bin", default=str(REPO / "target" / "release" / "kartograf"))
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     ap.add_argument("--chromedriver", default="/usr/bin/chromedriver")
+    ap.add_argument("--serve-arg", action="append", default=[], help="one more argument for `kartograf serve`")
     args = ap.parse_args()
 
     from selenium import webdriver
@@ -99,7 +100,7 @@ def main() -> int:
     admin = f"127.0.0.1:{free_port()}"
     log = open(work / "kartograf.log", "wb")
     proc = subprocess.Popen([args.bin, "serve", "--manifests", str(cluster), "--listen", f"127.0.0.1:{free_port()}",
-                             "--admin-listen", admin], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                             "--admin-listen", admin, *args.serve_arg], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     driver = None
     try:
         deadline = time.monotonic() + 600
