@@ -16,11 +16,13 @@
 //! pod (`410 Gone` on the pod watch) and while `/metrics` is scraped back to back; and
 //! (issue #11) health `Check`, admin `/livez` and
 //! `Resolve` of an unaffected workload while 2 × cores hostile `ValidateDefinition` calls
-//! run, against the same probes without them.
+//! run, against the same probes without them; and (issue #32) the web view's requests
+//! (`/ui/api/…`: overview, workload pages filtered, sorted and paged, one workload's graph,
+//! definitions) one after the other, p99 per request kind.
 //!
 //! Run: `cargo bench --bench e2e` (options: `-- --pods 10000,100000 --settle 30 --idle 60
-//! --events 2000 --event-secs 10 --window 5 --rate 200 --hostile-secs 10 --sources
-//! manifests,kube --phases idle,events,reload,scrape,relist,hostile`). Progress goes to stderr, the results table to stdout. Without
+//! --events 2000 --event-secs 10 --window 5 --rate 200 --hostile-secs 10 --ui-rounds 200 --sources
+//! manifests,kube --phases idle,ui,events,reload,scrape,relist,hostile`). Progress goes to stderr, the results table to stdout. Without
 //! `--bench` (as `cargo test --benches` runs it) it does a short smoke run on 1,000 pods
 //! that fails on any error but judges no goal. `KARTOGRAF_E2E_WRITE_MANIFESTS=PODS:DIR` only writes the manifest directory
 //! of that size (for profiling by hand). `KARTOGRAF_E2E_PERF=DIR` records every
@@ -87,6 +89,8 @@ struct Options {
     /// Phases to run after start-up and the steady RSS: idle, events, reload, scrape, relist,
     /// hostile.
     phases: String,
+    /// Rounds of web view requests (each round: one request of every kind).
+    ui_rounds: usize,
 }
 
 impl Options {
@@ -136,7 +140,10 @@ fn options() -> Options {
         manifests: sources.contains("manifests"),
         kube: sources.contains("kube"),
         phases: value("--phases")
-            .unwrap_or_else(|| "idle,events,reload,scrape,relist,hostile".to_owned()),
+            .unwrap_or_else(|| "idle,ui,events,reload,scrape,relist,hostile".to_owned()),
+        ui_rounds: value("--ui-rounds")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if bench { 200 } else { 3 }),
     }
 }
 
@@ -1549,6 +1556,79 @@ async fn disruptions(
     }
 }
 
+/// The web view's requests (issue #32), one after the other on new connections, `rounds`
+/// times each: p50/p99/max per kind, with the answer's size.
+async fn web_view(k: &mut Kartograf, case: &Case<'_>, table: &mut Table) {
+    let rounds = case.o.ui_rounds;
+    let mut rng = synth::Rng::new(32);
+    let targets = case.targets.clone();
+    let pick = |rng: &mut synth::Rng| {
+        let n = targets.len().max(1);
+        targets[(rng.next_u64() as usize) % n].clone()
+    };
+    // kind -> (latencies, bytes of the last answer)
+    let kinds = [
+        "overview",
+        "workloads: first page",
+        "workloads: sorted by GPUs held",
+        "workloads: namespace and status",
+        "workloads: name contains",
+        "workloads: a late page by name",
+        "workload: one graph",
+        "definitions",
+    ];
+    let mut samples: Vec<(Vec<Duration>, usize)> = vec![(Vec::new(), 0); kinds.len()];
+    progress!("{}: web view requests, {rounds} rounds", case.name);
+    for _ in 0..rounds {
+        let t = pick(&mut rng);
+        let part: String = t.name.chars().take(6).collect();
+        let late = (targets.len() * 3 / 4).to_string();
+        let paths = [
+            "/ui/api/overview".to_owned(),
+            "/ui/api/workloads?limit=100".to_owned(),
+            "/ui/api/workloads?sort=gpus&desc=1&limit=100".to_owned(),
+            format!(
+                "/ui/api/workloads?namespace={}&status=Running&limit=100",
+                t.namespace
+            ),
+            format!("/ui/api/workloads?q={part}&limit=100"),
+            format!("/ui/api/workloads?sort=name&offset={late}&limit=100"),
+            format!(
+                "/ui/api/workload?kind={}&namespace={}&name={}",
+                t.kind, t.namespace, t.name
+            ),
+            "/ui/api/definitions".to_owned(),
+        ];
+        for (i, path) in paths.iter().enumerate() {
+            let started = Instant::now();
+            let (status, body) = http_get(k.admin, path).await;
+            let took = started.elapsed();
+            assert_eq!(status, 200, "{path}: {}", &body[..body.len().min(300)]);
+            samples[i].0.push(took);
+            samples[i].1 = body.len();
+        }
+    }
+    k.assert_alive();
+    for (kind, (mut lat, bytes)) in kinds.iter().zip(samples) {
+        lat.sort();
+        let p99 = percentile(&lat, 0.99);
+        table.goal(
+            &case.name,
+            &format!("web view request: {kind}"),
+            format!(
+                "p99 {} (p50 {}, max {}; {} calls; {} KiB)",
+                ms(p99),
+                ms(percentile(&lat, 0.5)),
+                ms(lat.last().copied().unwrap_or_default()),
+                lat.len(),
+                bytes / 1024
+            ),
+            "p99 ≤ 50 ms at 100k pods",
+            case.pods < 100_000 || p99 <= Duration::from_millis(50),
+        );
+    }
+}
+
 /// Health `Check`, `/livez` and `Resolve` of an unaffected workload, probed one after the
 /// other every 20 ms for `secs`: (check, livez, resolve) latencies.
 async fn probe(
@@ -1843,6 +1923,9 @@ async fn run(o: Options) -> Table {
             progress!("{}: starting (load average {})", case.name, load_average());
             let mut k = Kartograf::spawn(&Source::Manifests(dir.clone()), &case.definitions);
             let channel = startup_and_idle(&mut k, &case, &mut table).await;
+            if o.phase("ui") {
+                web_view(&mut k, &case, &mut table).await;
+            }
             if o.phase("events") {
                 let (files, rate, secs) = (case.files.clone(), o.events, o.event_secs);
                 under_events(

@@ -7,6 +7,7 @@
 //!   authentication (`serve --metrics-auth`), only for `Authorization: Bearer <token>` with a
 //!   token of the `--auth-tokens` file that has the `metrics` scope (or `*`): 401 without a
 //!   known token, 403 for a token without the scope. `/livez` and `/readyz` stay open.
+//! - `/ui/…`: the web view ([`crate::ui`]); with `ui_tokens`, its data needs a read token.
 //! - anything else: 404.
 //!
 //! At most [`MAX_CONNECTIONS`] connections are open at once (more are closed at once); a
@@ -103,6 +104,9 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 /// Connections the admin port keeps open at once; more are accepted and closed at once.
 pub const MAX_CONNECTIONS: usize = 256;
 
+// The web view's live feeds leave half the connections to probes and scrapes.
+const _: () = assert!(crate::ui::live::MAX_FEEDS * 2 <= MAX_CONNECTIONS);
+
 /// The admin port's connection bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -144,6 +148,18 @@ pub async fn serve_limited(
     metrics_tokens: Option<Arc<Tokens>>,
     limits: Limits,
 ) {
+    serve_with_ui(listener, shared, metrics_tokens, None, limits).await
+}
+
+/// [`serve_limited`], with the web view's data only for bearer tokens of `ui_tokens` that
+/// have the read scope (when set).
+pub async fn serve_with_ui(
+    listener: tokio::net::TcpListener,
+    shared: Shared,
+    metrics_tokens: Option<Arc<Tokens>>,
+    ui_tokens: Option<Arc<Tokens>>,
+    limits: Limits,
+) {
     let gate = conn::Gate::admin(conn::Limits {
         max_connections: MAX_CONNECTIONS,
         handshake: limits.header_read_timeout,
@@ -156,12 +172,30 @@ pub async fn serve_limited(
         let Ok(stream) = accepted else { continue };
         let shared = shared.clone();
         let tokens = metrics_tokens.clone();
+        let ui_tokens = ui_tokens.clone();
         tokio::spawn(async move {
             let service =
                 hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
                     let shared = shared.clone();
                     let tokens = tokens.clone();
+                    let ui_tokens = ui_tokens.clone();
                     let path = request.uri().path().to_owned();
+                    if crate::ui::serves(&path) {
+                        return futures::future::Either::Left(async move {
+                            let header =
+                                |name: &str| request.headers().get(name).map(|v| v.as_bytes());
+                            let asked = crate::ui::Asked {
+                                method: request.method(),
+                                path: &path,
+                                query: request.uri().query(),
+                                authorization: header("authorization"),
+                                last_event_id: header("last-event-id"),
+                            };
+                            Ok::<_, Infallible>(
+                                crate::ui::answer(&shared, ui_tokens.as_ref(), asked).await,
+                            )
+                        });
+                    }
                     // Checked before anything is rendered: a refused scrape costs nothing.
                     let refusal = tokens
                         .as_deref()
@@ -173,7 +207,7 @@ pub async fn serve_limited(
                                 .map(|v| v.as_bytes());
                             t.authorize_metrics(authorization).err()
                         });
-                    async move {
+                    let answer = async move {
                         // A scrape renders every workload's and pod's series: on a blocking
                         // thread, so /livez and /readyz never wait behind it.
                         let response = if let Some(denied) = refusal {
@@ -190,8 +224,9 @@ pub async fn serve_limited(
                         } else {
                             route(&shared, &path)
                         };
-                        Ok::<_, Infallible>(response)
-                    }
+                        Ok::<_, Infallible>(response.map(http_body_util::BodyExt::boxed))
+                    };
+                    futures::future::Either::Right(answer)
                 });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())

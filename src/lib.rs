@@ -62,4 +62,5 @@ pub mod resolve;
 pub mod server;
 pub mod source;
 pub mod telemetry;
+pub mod ui;
 pub mod webhook;

@@ -3,8 +3,8 @@
 mod check;
 mod client;
 mod definitions;
-pub mod karta_status;
 mod gangs;
+pub mod karta_status;
 mod output;
 mod resolve;
 mod serve;

@@ -93,7 +93,7 @@ pub struct Args {
     /// gRPC listen address.
     #[arg(long, env = "KARTOGRAF_LISTEN", default_value = "0.0.0.0:50051")]
     pub listen: SocketAddr,
-    /// Admin HTTP listen address (`/livez`, `/readyz`, `/metrics`).
+    /// Admin HTTP listen address (`/livez`, `/readyz`, `/metrics`, the web view `/ui/`).
     #[arg(long, env = "KARTOGRAF_ADMIN_LISTEN", default_value = "0.0.0.0:9090")]
     pub admin_listen: SocketAddr,
     /// Changes kept for Watch resume (`since_revision`).
@@ -310,10 +310,11 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let admin = tokio::spawn(crate::admin::serve_limited(
+    let admin = tokio::spawn(crate::admin::serve_with_ui(
         admin_listener,
         shared.clone(),
         metrics_tokens,
+        tokens.clone(),
         crate::admin::Limits {
             header_read_timeout: positive(args.handshake_timeout),
             idle_timeout: positive(args.idle_timeout),

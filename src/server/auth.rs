@@ -85,6 +85,15 @@ impl Grant {
     }
 }
 
+/// The scope a read of the web view needs: that of the gRPC service whose data it shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadScope {
+    /// Workloads, totals, the live feed (`kartograf.v1.WorkloadResolver`).
+    Resolver,
+    /// Definitions and sources (`kartograf.v1.Definitions`).
+    Definitions,
+}
+
 /// A parsed token file.
 #[derive(Debug, Default)]
 struct TokenSet {
@@ -323,6 +332,29 @@ impl Tokens {
     /// Decides whether a scrape of `/metrics` with this `authorization` header may proceed:
     /// UNAUTHENTICATED without a known token, PERMISSION_DENIED for a token without the
     /// `metrics` scope (or `*`).
+    /// Checks a bearer token for the web view's data: it needs the read `scope` (as the
+    /// gRPC service of that data does).
+    pub fn authorize_read(
+        &self,
+        authorization: Option<&[u8]>,
+        scope: ReadScope,
+    ) -> Result<(), Status> {
+        let grant = self.grant(authorization)?;
+        let (needed, name) = match scope {
+            ReadScope::Resolver => (Scope::Resolver, "resolver"),
+            ReadScope::Definitions => (Scope::Definitions, "definitions"),
+        };
+        if grant.allows(needed) {
+            Ok(())
+        } else {
+            Err(Status::permission_denied(format!(
+                "token {:?} may not read this (its scopes: {}); it needs the scope \"{name}\"",
+                grant.name,
+                grant.scope_names()
+            )))
+        }
+    }
+
     pub fn authorize_metrics(&self, authorization: Option<&[u8]>) -> Result<(), Status> {
         let grant = self.grant(authorization)?;
         if grant.allows(Scope::Metrics) {

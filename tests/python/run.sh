@@ -4,7 +4,9 @@
 #   - tests/python/test_client.py: the gRPC API from Python grpcio stubs;
 #   - tests/python/test_prometheus.py: a real Prometheus server scraping `kartograf serve` and a
 #     DCGM-like exporter, with deploy/prometheus/rules.yaml (promtool check + unit tests), the
-#     Grafana dashboard's queries and docs/cost.md's recipes.
+#     Grafana dashboard's queries and docs/cost.md's recipes;
+#   - tests/python/test_ui.py: the web view (/ui/) in headless Chromium through Selenium
+#     (screenshots in target/ui-screenshots/, or $KARTOGRAF_UI_SCREENSHOTS).
 #
 #   cargo build && bash tests/python/run.sh
 #   KARTOGRAF_BIN=/path/to/kartograf bash tests/python/run.sh
@@ -13,7 +15,8 @@
 # ${TMPDIR:-/tmp}/kartograf-pyvenv and is (re)filled whenever requirements.txt changes.
 # `prometheus` and `promtool` come from Debian's `prometheus` package, installed here with
 # apt-get when missing (as root, or through passwordless sudo); where that is impossible the
-# Prometheus tests skip and say why. Extra arguments go to pytest. Exits with pytest's exit code.
+# Prometheus tests skip and say why. Debian's `chromium` and `chromium-driver` are installed the
+# same way when /usr/bin/chromium or /usr/bin/chromedriver is missing (else the browser tests skip). Extra arguments go to pytest. Exits with pytest's exit code.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -68,6 +71,34 @@ if [ -z "${PROMETHEUS_BIN:-}" ] || [ -z "${PROMTOOL_BIN:-}" ]; then
     install_prometheus
 fi
 
+# Debian's chromium and chromium-driver, for the web view's browser tests.
+install_chromium() {
+    if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+        return 0
+    fi
+    if ! command -v apt-get >/dev/null; then
+        echo "== no apt-get: the browser tests will be skipped (install chromium and chromium-driver)"
+        return 0
+    fi
+    local sudo=()
+    if [ "$(id -u)" != 0 ]; then
+        if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+            sudo=(sudo -n)
+        else
+            echo "== not root and no passwordless sudo: the browser tests will be skipped"
+            return 0
+        fi
+    fi
+    echo "== installing Debian's chromium and chromium-driver (for the browser tests)"
+    local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q -y --no-install-recommends)
+    if ! "${apt[@]}" install chromium chromium-driver >/dev/null; then
+        "${sudo[@]}" apt-get -q update >/dev/null || true
+        "${apt[@]}" install chromium chromium-driver >/dev/null ||
+            echo "== apt-get install chromium chromium-driver failed: the browser tests will be skipped"
+    fi
+}
+install_chromium
+
 cd "$repo"
 # Leave no __pycache__ (nor .pytest_cache, see -p below) in the work tree.
 export PYTHONDONTWRITEBYTECODE=1
@@ -78,7 +109,7 @@ if [ ! -x "$KARTOGRAF_BIN" ]; then
 fi
 
 set +e
-"$venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$here/test_client.py" "$here/test_prometheus.py" "$@"
+"$venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$here/test_client.py" "$here/test_prometheus.py" "$here/test_ui.py" "$@"
 code=$?
 set -e
 exit "$code"

@@ -22,6 +22,7 @@ mod observability;
 mod sources;
 mod strict;
 mod synth_cluster;
+mod ui;
 
 use kartograf::definition::{Catalog, LoadReport};
 use kartograf::index::Index;
