@@ -63,6 +63,11 @@ impl Placements {
         })
     }
 
+    /// Whether the workload placed pod `uid` (no allocation, unlike [`Placements::get`]).
+    pub(crate) fn contains(&self, uid: &str) -> bool {
+        self.at.contains_key(uid)
+    }
+
     /// Every placed pod's uid with the component it was placed in (`""`: none).
     pub(crate) fn components(&self) -> impl Iterator<Item = (&Uid, &str)> {
         self.at.iter().map(|(uid, &[c, ..])| (uid, self.name(c)))

@@ -122,6 +122,8 @@ pub struct Index {
     empty_paths: crate::drift::EmptyPaths,
     /// Objects skipped, by source and reason (`kartograf_objects_skipped_total`).
     skips: Mutex<std::collections::BTreeMap<Arc<str>, SkipCounts>>,
+    /// Object writes and removals so far (see [`Index::object_writes`]).
+    writes: AtomicU64,
 }
 
 impl Index {
@@ -147,6 +149,7 @@ impl Index {
             sources: sources.iter().map(|s| (*s).to_owned()).collect(),
             empty_paths: crate::drift::EmptyPaths::default(),
             skips: Mutex::default(),
+            writes: AtomicU64::new(0),
         }
     }
 
@@ -154,6 +157,12 @@ impl Index {
     /// nothing in a workload's graph (see [`crate::drift::EmptyPaths`]).
     pub fn empty_paths(&self) -> &crate::drift::EmptyPaths {
         &self.empty_paths
+    }
+
+    /// A count that moves whenever a cached object is stored or removed (for readers that
+    /// keep what they derived from every object, e.g. the web view's overview).
+    pub fn object_writes(&self) -> u64 {
+        self.writes.load(Ordering::Acquire)
     }
 
     /// Counts an object of `source` skipped for `skip`.
@@ -454,6 +463,7 @@ impl Index {
         objects.put(shared, entry, &mut |objects| {
             mark_affected(objects, &catalog, &self.board, dirty, &uid);
         });
+        self.writes.fetch_add(1, Ordering::Release);
         uid
     }
 
@@ -464,5 +474,6 @@ impl Index {
         self.objects_mut().take(uid, &mut |objects| {
             mark_affected(objects, &catalog, &self.board, dirty, uid);
         });
+        self.writes.fetch_add(1, Ordering::Release);
     }
 }

@@ -34,7 +34,7 @@ impl Index {
                 .filter(|(uid, root)| {
                     root.as_ref()
                         .and_then(|root| board.workloads.get(root))
-                        .is_none_or(|w| w.placements.get(uid).is_none())
+                        .is_none_or(|w| !w.placements.contains(uid))
                 })
                 .map(|(uid, _)| uid)
                 .collect()

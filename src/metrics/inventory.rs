@@ -34,6 +34,12 @@ pub trait Observed: Send + Sync {
     fn workload_pods(&self) -> Vec<(Arc<pb::Workload>, Vec<AttributedPod>)>;
     /// Pods that hold GPUs but belong to no workload.
     fn unowned_gpu_pods(&self) -> Vec<UnownedGpuPod>;
+    /// A count that moves whenever a cached object is written or removed (readers keep what
+    /// they derived from every object until it moves; an aggregator: its board's revision
+    /// says it all, 0).
+    fn object_writes(&self) -> u64 {
+        0
+    }
     /// Every source's current problems (an aggregator: each stale upstream), by source name.
     fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)>;
     /// How often each (definition, path) that should find something began to find nothing
@@ -103,6 +109,10 @@ impl Observed for Index {
 
     fn unowned_gpu_pods(&self) -> Vec<UnownedGpuPod> {
         Index::unowned_gpu_pods(self)
+    }
+
+    fn object_writes(&self) -> u64 {
+        Index::object_writes(self)
     }
 
     fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)> {

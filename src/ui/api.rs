@@ -118,24 +118,24 @@ fn gpus(w: &pb::Workload) -> (f64, f64) {
 // === overview ===
 
 #[derive(Serialize)]
-struct Overview {
+struct Overview<'a> {
     revision: u64,
     synced: bool,
     pending: Vec<String>,
     workloads: usize,
-    by_cluster: Vec<Group>,
-    by_namespace: Vec<Group>,
-    by_kind: Vec<Group>,
+    by_cluster: &'a [Group],
+    by_namespace: &'a [Group],
+    by_kind: &'a [Group],
     by_status: BTreeMap<&'static str, usize>,
     gpus: GpuSummary,
-    not_working: Vec<Row>,
-    unowned: Vec<Unowned>,
+    not_working: &'a [Row],
+    unowned: &'a [Unowned],
     unowned_total: usize,
     sources: Vec<SourceHealth>,
     definitions: DefinitionHealth,
 }
 
-#[derive(Serialize, Default)]
+#[derive(Serialize, Default, Clone, Copy)]
 struct GpuSummary {
     desired: f64,
     held: f64,
@@ -228,10 +228,42 @@ fn groups(all: &[Arc<Published>]) -> [Vec<Group>; 3] {
     maps.map(|m| m.into_values().collect())
 }
 
-fn overview(shared: &Shared) -> Answer {
+/// The part of the overview that reads every workload and every GPU pod, kept for as long as
+/// nothing it reads changed (the board's revision and the store's object writes), so a page
+/// opened by many people, or reloaded, costs one scan per change, not one per request.
+#[derive(Clone)]
+struct Sums {
+    workloads: usize,
+    by_cluster: Arc<Vec<Group>>,
+    by_namespace: Arc<Vec<Group>>,
+    by_kind: Arc<Vec<Group>>,
+    by_status: BTreeMap<&'static str, usize>,
+    gpus: GpuSummary,
+    not_working: Arc<Vec<Row>>,
+    unowned: Arc<Vec<Unowned>>,
+    unowned_total: usize,
+}
+
+/// The last sums per store (by its address), with what they were computed from: at most
+/// [`SUMS_KEPT`] stores (one per server; tests run several in one process).
+/// A store's address, what its sums were computed from (revision, object writes), the sums.
+type KeptSums = (usize, (u64, u64), Sums);
+static SUMS: parking_lot::Mutex<Vec<KeptSums>> = parking_lot::Mutex::new(Vec::new());
+const SUMS_KEPT: usize = 8;
+
+fn sums(shared: &Shared) -> (Sums, u64) {
     let store = &shared.store;
-    let board = store.board();
-    let (all, revision) = board.snapshot(&Filter::default());
+    let key = Arc::as_ptr(store).cast::<()>() as usize;
+    // Read before the scan: a change during it makes the next request scan again.
+    let stamp = (store.board().revision(), store.object_writes());
+    if let Some((_, _, sums)) = SUMS
+        .lock()
+        .iter()
+        .find(|(k, s, _)| *k == key && *s == stamp)
+    {
+        return (sums.clone(), stamp.0);
+    }
+    let (all, revision) = store.board().snapshot(&Filter::default());
     let mut by_status = BTreeMap::new();
     let mut gpus = GpuSummary::default();
     let mut not_working: Vec<&Arc<Published>> = Vec::new();
@@ -248,7 +280,8 @@ fn overview(shared: &Shared) -> Answer {
     }
     not_working.sort_by(|a, b| gpus_of(b).1.total_cmp(&gpus_of(a).1));
     let unowned_all = store.unowned_gpu_pods();
-    gpus.unowned = unowned_all.iter().map(|p| p.gpus).sum();
+    // `+ 0.0`: an empty f64 sum is -0.0, which JSON shows as such.
+    gpus.unowned = unowned_all.iter().map(|p| p.gpus).sum::<f64>() + 0.0;
     let unowned_total = unowned_all.len();
     let unowned = unowned_all
         .into_iter()
@@ -261,6 +294,36 @@ fn overview(shared: &Shared) -> Answer {
             gpus: p.gpus,
         })
         .collect();
+    let [by_cluster, by_namespace, by_kind] = groups(&all);
+    let sums = Sums {
+        workloads: all.len(),
+        by_cluster: Arc::new(by_cluster),
+        by_namespace: Arc::new(by_namespace),
+        by_kind: Arc::new(by_kind),
+        by_status,
+        gpus,
+        not_working: Arc::new(
+            not_working
+                .into_iter()
+                .take(OVERVIEW_LIST)
+                .map(|w| row(w))
+                .collect(),
+        ),
+        unowned: Arc::new(unowned),
+        unowned_total,
+    };
+    let mut kept = SUMS.lock();
+    kept.retain(|(k, _, _)| *k != key);
+    if kept.len() >= SUMS_KEPT {
+        kept.remove(0);
+    }
+    kept.push((key, stamp, sums.clone()));
+    (sums, revision)
+}
+
+fn overview(shared: &Shared) -> Answer {
+    let store = &shared.store;
+    let (sums, revision) = sums(shared);
     let pending = store.pending();
     let mut sources: Vec<SourceHealth> = store
         .source_problems()
@@ -308,24 +371,19 @@ fn overview(shared: &Shared) -> Answer {
             .count(),
         failed_files,
     };
-    let [by_cluster, by_namespace, by_kind] = groups(&all);
     encode(&Overview {
         revision,
         synced: store.synced(),
         pending,
-        workloads: all.len(),
-        by_cluster,
-        by_namespace,
-        by_kind,
-        by_status,
-        gpus,
-        not_working: not_working
-            .into_iter()
-            .take(OVERVIEW_LIST)
-            .map(|w| row(w))
-            .collect(),
-        unowned,
-        unowned_total,
+        workloads: sums.workloads,
+        by_cluster: &sums.by_cluster,
+        by_namespace: &sums.by_namespace,
+        by_kind: &sums.by_kind,
+        by_status: sums.by_status,
+        gpus: sums.gpus,
+        not_working: &sums.not_working,
+        unowned: &sums.unowned,
+        unowned_total: sums.unowned_total,
         sources,
         definitions,
     })

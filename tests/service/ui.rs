@@ -138,6 +138,35 @@ async fn the_api_answers_from_the_index_and_the_feed_follows_it() {
         h.index.board().len()
     );
 
+    // The overview's sums are kept between requests, but follow object writes that change
+    // no graph: a GPU pod of a Job that is not cached holds GPUs no workload owns.
+    let before = overview["unowned_total"].as_u64().unwrap();
+    assert_eq!(api(addr, "/ui/api/overview").await["unowned_total"], before);
+    let orphan = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "orphan-gpu", "namespace": "ml",
+            "uid": "0a0a0a0a-0000-4000-8000-00000000000a",
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "gone",
+                "uid": "0b0b0b0b-0000-4000-8000-00000000000b", "controller": true}]},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x",
+            "resources": {"requests": {"nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Running"}
+    });
+    std::fs::write(h.dir.join("orphan.yaml"), orphan.to_string()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = api(addr, "/ui/api/overview").await;
+        if now["unowned_total"].as_u64() == Some(before + 1) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the orphan GPU pod never showed: {now}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::remove_file(h.dir.join("orphan.yaml")).unwrap();
+
     // The feed: hello, then the edit.
     let mut feed = Feed::open(addr, None).await;
     let (name, id, hello) = feed.next(5).await;
