@@ -128,6 +128,11 @@
   K.live = live;
 
   window.addEventListener("hashchange", render);
+  // A page left for another keeps no feed open: the browser may keep it (back/forward cache)
+  // with its connection, and a browser has six connections per server; one held by a page
+  // nobody sees made the next page's requests wait ~10 s. Back on it, the feed resumes.
+  window.addEventListener("pagehide", () => live.stop());
+  window.addEventListener("pageshow", (e) => { if (e.persisted) live.start(); });
   render();
   live.start();
 })();

@@ -10,9 +10,14 @@ K.Live = class {
     this.delay = 500;
     this.stopped = false;
     this.controller = null;
+    this.run = 0; // each start() begins a new run; an older loop ends at its next step
   }
 
-  start() { this.loop(); }
+  start() {
+    this.stopped = false;
+    this.run += 1;
+    this.loop(this.run);
+  }
 
   stop() {
     this.stopped = true;
@@ -22,8 +27,8 @@ K.Live = class {
   // Drops the connection (tests use it to prove resumption); it reconnects by itself.
   drop() { if (this.controller) this.controller.abort(); }
 
-  async loop() {
-    while (!this.stopped) {
+  async loop(run) {
+    while (!this.stopped && run === this.run) {
       this.controller = new AbortController();
       const headers = K.headers();
       if (this.lastId != null) headers["Last-Event-ID"] = String(this.lastId);
@@ -41,7 +46,7 @@ K.Live = class {
       } catch (_) {
         // Lost: reconnect below.
       }
-      if (this.stopped) return;
+      if (this.stopped || run !== this.run) return;
       this.handlers.onState("lost");
       await this.sleep(this.delay);
       this.delay = Math.min(this.delay * 2, 5000);
