@@ -200,6 +200,33 @@ fn namespace(server: &ServerArgs) -> String {
     }
 }
 
+/// The namespace given, else the one of the first workload of `kind` named `name` the server
+/// lists (empty when none is found: the server then answers NOT_FOUND).
+async fn namespace_of(client: &mut Client, server: &ServerArgs, kind: &str, name: &str) -> String {
+    if let Some(ns) = server.namespace.clone().filter(|n| !n.is_empty()) {
+        return ns;
+    }
+    let list = client
+        .list(pb::ListRequest {
+            kinds: vec![kind.to_owned()],
+            view: pb::View::Summary as i32,
+            page_size: 1000,
+            cluster: cluster(server),
+            ..Default::default()
+        })
+        .await;
+    list.ok()
+        .and_then(|l| {
+            l.into_inner()
+                .workloads
+                .iter()
+                .filter_map(|w| w.r#ref.clone())
+                .find(|r| r.name == name)
+        })
+        .map(|r| r.namespace)
+        .unwrap_or_default()
+}
+
 fn cluster(server: &ServerArgs) -> String {
     server.cluster.clone().unwrap_or_default()
 }
@@ -389,29 +416,7 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
         let Some(name) = name else {
             anyhow::bail!("describe takes KIND/NAME")
         };
-        let mut namespace = args.server.namespace.clone().unwrap_or_default();
-        if namespace.is_empty() {
-            // Find the namespace from the list when not given.
-            let list = client
-                .list(pb::ListRequest {
-                    kinds: vec![kind.clone()],
-                    view: pb::View::Summary as i32,
-                    page_size: 1000,
-                    cluster: cluster(&args.server),
-                    ..Default::default()
-                })
-                .await;
-            if let Ok(l) = list
-                && let Some(r) = l
-                    .into_inner()
-                    .workloads
-                    .iter()
-                    .filter_map(|w| w.r#ref.clone())
-                    .find(|r| r.name == name)
-            {
-                namespace = r.namespace;
-            }
-        }
+        let namespace = namespace_of(&mut client, &args.server, &kind, &name).await;
         let req = pb::ResolveRequest {
             target: Some(pb::resolve_request::Target::Workload(pb::ObjectRef {
                 kind: singular(&kind),
@@ -571,28 +576,7 @@ pub fn gangs(args: &super::gangs::Args) -> anyhow::Result<ExitCode> {
         let Some(name) = name else {
             anyhow::bail!("gangs takes KIND/NAME (or -f FILE… for a snapshot)")
         };
-        let mut namespace = args.server.namespace.clone().unwrap_or_default();
-        if namespace.is_empty() {
-            let list = client
-                .list(pb::ListRequest {
-                    kinds: vec![kind.clone()],
-                    view: pb::View::Summary as i32,
-                    page_size: 1000,
-                    cluster: cluster(&args.server),
-                    ..Default::default()
-                })
-                .await;
-            if let Ok(l) = list
-                && let Some(r) = l
-                    .into_inner()
-                    .workloads
-                    .iter()
-                    .filter_map(|w| w.r#ref.clone())
-                    .find(|r| r.name == name)
-            {
-                namespace = r.namespace;
-            }
-        }
+        let namespace = namespace_of(&mut client, &args.server, &kind, &name).await;
         let req = pb::GangsRequest {
             workload: Some(pb::ResolveRequest {
                 target: Some(pb::resolve_request::Target::Workload(pb::ObjectRef {
