@@ -8,7 +8,7 @@
 //! that the definition's matched statuses contain `state`.
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The schema version of the recordings this loader reads.
 pub const SCHEMA_VERSION: u64 = 1;
@@ -102,34 +102,5 @@ pub fn fixtures_root() -> PathBuf {
 
 /// Every stored flow, sorted by id.
 pub fn load_all() -> Vec<Flow> {
-    let root = fixtures_root();
-    let mut files = Vec::new();
-    collect(&root, &mut files);
-    files.sort();
-    files
-        .iter()
-        .map(|path| {
-            let id = path
-                .strip_prefix(&root)
-                .unwrap_or(path)
-                .with_extension("")
-                .to_string_lossy()
-                .into_owned();
-            let text =
-                std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            parse_flow(&text, &id).unwrap_or_else(|e| panic!("{e}"))
-        })
-        .collect()
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            collect(&path, out);
-        } else if path.extension().is_some_and(|e| e == "yaml") {
-            out.push(path);
-        }
-    }
+    crate::recording::load_flows(&fixtures_root(), parse_flow)
 }

@@ -138,22 +138,27 @@ pub fn parse_flow(text: &str, id: &str) -> Result<Flow, String> {
 
 /// Every stored flow, sorted by id.
 pub fn load_all() -> Vec<Flow> {
-    let root = fixtures_root();
+    load_flows(&fixtures_root(), parse_flow)
+}
+
+/// Every `*.yaml` below `root`, in path order, parsed by `parse` with its id (the path below
+/// `root` without extension); a file that does not read or parse fails the test.
+pub fn load_flows<T>(root: &Path, parse: impl Fn(&str, &str) -> Result<T, String>) -> Vec<T> {
     let mut files = Vec::new();
-    collect(&root, &mut files);
+    collect(root, &mut files);
     files.sort();
     files
         .iter()
         .map(|path| {
             let id = path
-                .strip_prefix(&root)
+                .strip_prefix(root)
                 .unwrap_or(path)
                 .with_extension("")
                 .to_string_lossy()
                 .into_owned();
             let text =
                 std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            parse_flow(&text, &id).unwrap_or_else(|e| panic!("{e}"))
+            parse(&text, &id).unwrap_or_else(|e| panic!("{e}"))
         })
         .collect()
 }
