@@ -41,13 +41,13 @@ if ! cmp -s "$here/requirements.txt" "$stamp"; then
     cp "$here/requirements.txt" "$stamp"
 fi
 
-# Debian's `prometheus` package (Prometheus and promtool), unless both are already there.
-install_prometheus() {
-    if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
-        return 0
-    fi
+# Installs Debian packages with apt-get (as root, or through passwordless sudo); where that is
+# impossible it says which tests ($1) will be skipped. $2...: the packages.
+apt_install() {
+    local tests="$1"
+    shift
     if ! command -v apt-get >/dev/null; then
-        echo "== no apt-get: the Prometheus tests will be skipped (install prometheus and promtool)"
+        echo "== no apt-get: the $tests tests will be skipped (install $*)"
         return 0
     fi
     local sudo=()
@@ -55,49 +55,30 @@ install_prometheus() {
         if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
             sudo=(sudo -n)
         else
-            echo "== not root and no passwordless sudo: the Prometheus tests will be skipped"
+            echo "== not root and no passwordless sudo: the $tests tests will be skipped"
             return 0
         fi
     fi
-    echo "== installing Debian's prometheus package (for prometheus and promtool)"
+    echo "== installing Debian's $* (for the $tests tests)"
     local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q -y --no-install-recommends)
-    if ! "${apt[@]}" install prometheus >/dev/null; then
+    if ! "${apt[@]}" install "$@" >/dev/null; then
         "${sudo[@]}" apt-get -q update >/dev/null || true
-        "${apt[@]}" install prometheus >/dev/null ||
-            echo "== apt-get install prometheus failed: the Prometheus tests will be skipped"
+        "${apt[@]}" install "$@" >/dev/null ||
+            echo "== apt-get install $* failed: the $tests tests will be skipped"
     fi
 }
+
+# Debian's `prometheus` package (Prometheus and promtool), unless both are already there.
 if [ -z "${PROMETHEUS_BIN:-}" ] || [ -z "${PROMTOOL_BIN:-}" ]; then
-    install_prometheus
+    if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+        apt_install Prometheus prometheus
+    fi
 fi
 
 # Debian's chromium and chromium-driver, for the web view's browser tests.
-install_chromium() {
-    if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
-        return 0
-    fi
-    if ! command -v apt-get >/dev/null; then
-        echo "== no apt-get: the browser tests will be skipped (install chromium and chromium-driver)"
-        return 0
-    fi
-    local sudo=()
-    if [ "$(id -u)" != 0 ]; then
-        if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-            sudo=(sudo -n)
-        else
-            echo "== not root and no passwordless sudo: the browser tests will be skipped"
-            return 0
-        fi
-    fi
-    echo "== installing Debian's chromium and chromium-driver (for the browser tests)"
-    local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q -y --no-install-recommends)
-    if ! "${apt[@]}" install chromium chromium-driver >/dev/null; then
-        "${sudo[@]}" apt-get -q update >/dev/null || true
-        "${apt[@]}" install chromium chromium-driver >/dev/null ||
-            echo "== apt-get install chromium chromium-driver failed: the browser tests will be skipped"
-    fi
-}
-install_chromium
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    apt_install browser chromium chromium-driver
+fi
 
 cd "$repo"
 # Leave no __pycache__ (nor .pytest_cache, see -p below) in the work tree.
