@@ -2,13 +2,12 @@
 //! workloads are resolved and published once, when the batch ends.
 
 use super::objects::mark_affected;
-use super::{Index, Uid, Writer};
+use super::{Incoming, Index, Uid, Writer};
 use crate::definition::Catalog;
 use crate::model::{Cached, Pod};
 use crate::model::{Skip, Skipped};
 use foldhash::{HashSet, HashSetExt};
 use parking_lot::MutexGuard;
-use serde_json::Value as Json;
 use std::sync::Arc;
 
 /// Changes applied under one hold of the index's writer lock (see [`Index::batch`]).
@@ -23,16 +22,19 @@ pub struct Batch<'a> {
 }
 
 impl Batch<'_> {
-    /// Adds or replaces one object from `source` (see [`Index::apply`]).
-    pub fn apply(&mut self, json: &Json, source: &str) -> Result<String, Skip> {
-        // A pod keeps its unpacked value for the resolution at the end of the batch, then
-        // drops what it did not use.
-        let cached = Cached::from_json_keeping_value(json, self.index.limits)
-            .inspect_err(|e| self.index.count_skip(source, e))?;
+    /// Adds or replaces one object from `source` (see [`Index::apply`]): converted here
+    /// unless the source did, a pod keeping its unpacked value for the resolution at the end
+    /// of the batch. Returns its identity, or why it was skipped (counted).
+    pub(super) fn apply(&mut self, object: Incoming, source: &str) -> Result<String, Skip> {
+        let converted = match object {
+            Incoming::Json(json) => Cached::from_json_keeping_value(&json, self.index.limits),
+            Incoming::Converted(c) => c,
+        };
+        let cached = converted.inspect_err(|e| self.index.count_skip(source, e))?;
         Ok(self.apply_converted(cached, source))
     }
 
-    /// [`Batch::apply`] of an object converted by the caller (a pod keeping its value; see
+    /// [`Batch::apply`] of a converted object (a pod may keep its value; see
     /// [`Cached::from_json_keeping_value`]).
     pub(super) fn apply_converted(&mut self, cached: Cached, source: &str) -> String {
         let is_pod = matches!(cached, Cached::Pod(_));

@@ -331,7 +331,10 @@ impl Index {
     /// Adds or replaces one object (any kind; pods are recognised by kind) from `source`.
     /// Returns the object's identity, or why it was skipped.
     pub fn apply(&self, json: &Json, source: &str) -> Result<String, Skip> {
-        self.batch().apply(json, source)
+        // Converted here, from the borrowed document (a pod keeps its value for its first
+        // resolution, as from the writer thread).
+        let converted = Cached::from_json_keeping_value(json, self.limits);
+        self.batch().apply(Incoming::Converted(converted), source)
     }
 
     /// Converts a document for [`Index::reset_converted`], within the index's limits.

@@ -93,20 +93,8 @@ impl Batch<'_> {
         let mut skipped = Skipped::default();
         match write {
             Write::Apply { source, object } => {
-                let converted = match object {
-                    Incoming::Json(json) => {
-                        Cached::from_json_keeping_value(&json, self.index.limits)
-                    }
-                    Incoming::Converted(c) => c,
-                };
-                match converted {
-                    Ok(cached) => {
-                        self.apply_converted(cached, &source);
-                    }
-                    Err(e) => {
-                        self.index.count_skip(&source, &e);
-                        skipped.push(e);
-                    }
+                if let Err(e) = self.apply(object, &source) {
+                    skipped.push(e);
                 }
             }
             Write::Delete { uid } => self.delete(&uid),
