@@ -51,12 +51,12 @@ pub enum Family {
 impl Family {
     /// The family of an object of `api_version` and `kind`.
     pub fn of(api_version: &str, kind: &str) -> Option<Family> {
-        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        match (group, kind) {
-            ("scheduling.run.ai", "PodGroup") => Some(Family::Kai),
-            ("scheduling.k8s.io", "PodGroup") => Some(Family::PodGroup),
-            ("scheduling.k8s.io", "CompositePodGroup") => Some(Family::CompositePodGroup),
-            ("scheduling.x-k8s.io", "PodGroup") => Some(Family::Coscheduling),
+        // In the order of `model::object::GANG_KINDS` (the Workload is no family).
+        match crate::model::object::gang_kind(api_version, kind)? {
+            0 => Some(Family::Kai),
+            1 => Some(Family::PodGroup),
+            2 => Some(Family::CompositePodGroup),
+            3 => Some(Family::Coscheduling),
             _ => None,
         }
     }
@@ -575,4 +575,32 @@ pub fn check_workload(w: &pb::Workload, objects: &[GangObject], pods: &[PodLinks
         out.push(verify(w, o, &members));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Family;
+
+    #[test]
+    fn each_gang_kind_has_its_family_and_the_workload_none() {
+        let of = |v: &str, k: &str| Family::of(v, k);
+        assert_eq!(
+            of("scheduling.run.ai/v2alpha2", "PodGroup"),
+            Some(Family::Kai)
+        );
+        assert_eq!(
+            of("scheduling.k8s.io/v1beta1", "PodGroup"),
+            Some(Family::PodGroup)
+        );
+        assert_eq!(
+            of("scheduling.k8s.io/v1alpha3", "CompositePodGroup"),
+            Some(Family::CompositePodGroup)
+        );
+        assert_eq!(
+            of("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
+            Some(Family::Coscheduling)
+        );
+        assert_eq!(of("scheduling.k8s.io/v1beta1", "Workload"), None);
+        assert_eq!(of("v1", "Pod"), None);
+    }
 }

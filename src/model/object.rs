@@ -361,19 +361,29 @@ pub struct Pod {
     pub(crate) memo: Memo,
 }
 
-/// Whether an object is a scheduler's gang object or its Workload: KAI's
-/// `scheduling.run.ai` PodGroup, `scheduling.k8s.io` Workload, PodGroup and
-/// CompositePodGroup, coscheduling's `scheduling.x-k8s.io` PodGroup (`crate::gangs`).
-pub fn is_gang_object(api_version: &str, kind: &str) -> bool {
+/// The schedulers' gang object kinds, by (API group, kind): KAI's `scheduling.run.ai`
+/// PodGroup, `scheduling.k8s.io` PodGroup, CompositePodGroup and Workload, coscheduling's
+/// `scheduling.x-k8s.io` PodGroup (`crate::gangs` checks all but the Workload, which only
+/// links owner chains).
+pub const GANG_KINDS: [(&str, &str); 5] = [
+    ("scheduling.run.ai", "PodGroup"),
+    ("scheduling.k8s.io", "PodGroup"),
+    ("scheduling.k8s.io", "CompositePodGroup"),
+    ("scheduling.x-k8s.io", "PodGroup"),
+    ("scheduling.k8s.io", "Workload"),
+];
+
+/// The index in [`GANG_KINDS`] of an object's kind, if it is one of them.
+pub fn gang_kind(api_version: &str, kind: &str) -> Option<usize> {
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    matches!(
-        (group, kind),
-        ("scheduling.run.ai" | "scheduling.x-k8s.io", "PodGroup")
-            | (
-                "scheduling.k8s.io",
-                "PodGroup" | "CompositePodGroup" | "Workload"
-            )
-    )
+    GANG_KINDS
+        .iter()
+        .position(|(g, k)| *g == group && *k == kind)
+}
+
+/// Whether an object is a scheduler's gang object or its Workload ([`GANG_KINDS`]).
+pub fn is_gang_object(api_version: &str, kind: &str) -> bool {
+    gang_kind(api_version, kind).is_some()
 }
 
 /// What is kept of an object other than a pod: everything but `metadata.managedFields`,
