@@ -1,42 +1,68 @@
 //! Retry delays: every cluster watch (and the CRD watch of live drift) after list and watch
-//! errors, and the aggregator's reconnections to its upstreams.
+//! errors, and the aggregator's reconnections to its upstreams. The delays are `backon`'s
+//! exponential backoff, the one kube-runtime's own watcher backoff (`DefaultBackoff`) is made
+//! of; this module holds only the settings.
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use std::time::Duration;
 
-/// Retry delays: `initial × factor^n`, capped at `max`, each shortened by up to `jitter` (a
-/// fraction) at random, so that many clients do not retry in step.
+/// Retry delays: `initial × factor^n`, capped at `max`, each lengthened at random by up to
+/// its own length when `jitter` is set, so that many clients do not retry in step.
 #[derive(Debug, Clone, Copy)]
 pub struct Backoff {
     /// First delay.
     pub initial: Duration,
     /// Growth per consecutive error.
-    pub factor: f64,
-    /// Largest delay.
+    pub factor: f32,
+    /// Largest delay before jitter.
     pub max: Duration,
-    /// Random reduction of each delay, 0.0–1.0.
-    pub jitter: f64,
+    /// Lengthen each delay by a random 0–100 % of itself.
+    pub jitter: bool,
 }
 
 impl Default for Backoff {
-    /// 800 ms, ×2, at most 30 s, up to 20 % jitter.
+    /// kube-runtime's default: 800 ms, ×2, at most 30 s, with jitter.
     fn default() -> Self {
         Backoff {
             initial: Duration::from_millis(800),
             factor: 2.0,
             max: Duration::from_secs(30),
-            jitter: 0.2,
+            jitter: true,
         }
     }
 }
 
 impl Backoff {
-    /// The delay after the `attempt`-th consecutive error (0-based).
-    pub fn delay(&self, attempt: u32) -> Duration {
-        let exp = i32::try_from(attempt).unwrap_or(i32::MAX);
-        let secs = self.initial.as_secs_f64() * self.factor.max(1.0).powi(exp);
-        let capped = secs.min(self.max.as_secs_f64()).max(0.0);
-        let jitter = self.jitter.clamp(0.0, 1.0) * crate::random::fraction();
-        Duration::from_secs_f64(capped * (1.0 - jitter))
+    /// The delays of one run of consecutive errors; a success starts a new run.
+    pub fn delays(&self) -> Delays {
+        let builder = ExponentialBuilder::default()
+            .with_min_delay(self.initial)
+            .with_max_delay(self.max)
+            .with_factor(self.factor.max(1.0))
+            .without_max_times();
+        let builder = if self.jitter {
+            builder.with_jitter()
+        } else {
+            builder
+        };
+        Delays {
+            run: builder.build(),
+            max: self.max,
+        }
+    }
+}
+
+/// One run of retry delays (see [`Backoff::delays`]).
+#[derive(Debug)]
+pub struct Delays {
+    run: backon::ExponentialBackoff,
+    max: Duration,
+}
+
+impl Delays {
+    /// The delay before the next attempt.
+    pub fn next_delay(&mut self) -> Duration {
+        self.run.next().unwrap_or(self.max)
     }
 }
 
@@ -46,23 +72,35 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn backoff_grows_caps_and_jitters_downwards() {
+    fn delays_grow_cap_and_jitter_upwards() {
         let exact = Backoff {
-            jitter: 0.0,
+            jitter: false,
             ..Backoff::default()
         };
-        let delays: Vec<Duration> = (0..8).map(|n| exact.delay(n)).collect();
-        assert_eq!(delays[0], Duration::from_millis(800));
-        assert_eq!(delays[1], Duration::from_millis(1600));
-        assert_eq!(delays[5], Duration::from_millis(25_600));
-        assert_eq!(delays[6], Duration::from_secs(30), "capped");
-        assert_eq!(exact.delay(u32::MAX), Duration::from_secs(30));
+        let mut run = exact.delays();
+        // In whole milliseconds: the factor is an f32.
+        let ms = |d: Duration| (d.as_secs_f64() * 1000.0).round() as u64;
+        let delays: Vec<u64> = (0..100).map(|_| ms(run.next_delay())).collect();
+        assert_eq!(delays[..7], [800, 1600, 3200, 6400, 12_800, 25_600, 30_000]);
+        assert_eq!(delays[99], 30_000, "capped");
+        assert_eq!(
+            ms(exact.delays().next_delay()),
+            800,
+            "a new run starts over"
+        );
         let jittered = Backoff::default();
-        let samples: Vec<Duration> = (0..50).map(|_| jittered.delay(2)).collect();
+        let samples: Vec<Duration> = (0..50)
+            .map(|_| {
+                let mut run = jittered.delays();
+                run.next_delay();
+                run.next_delay();
+                run.next_delay()
+            })
+            .collect();
         assert!(
             samples
                 .iter()
-                .all(|d| *d <= Duration::from_millis(3200) && *d >= Duration::from_millis(2560)),
+                .all(|d| *d >= Duration::from_millis(3199) && *d <= Duration::from_millis(6401)),
             "{samples:?}"
         );
         assert!(samples.iter().any(|d| *d != samples[0]), "jitter varies");

@@ -102,12 +102,12 @@ impl Default for Settings {
             grace: Duration::from_secs(60),
             serve_partial: false,
             history: crate::board::DEFAULT_HISTORY,
-            // 250 ms doubling to 10 s, 20 % jitter: upstreams come back quickly.
+            // 250 ms doubling to 10 s, with jitter: upstreams come back quickly.
             backoff: Backoff {
                 initial: Duration::from_millis(250),
                 factor: 2.0,
                 max: Duration::from_secs(10),
-                jitter: 0.2,
+                jitter: true,
             },
             connect_timeout: Duration::from_secs(5),
             forward_timeout: Duration::from_secs(10),

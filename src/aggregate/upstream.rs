@@ -203,6 +203,7 @@ struct Ended {
 pub(super) async fn run(aggregator: Arc<Aggregator>, upstream: Arc<Upstream>) {
     let mut since = 0u64;
     let mut attempt = 0u32;
+    let mut delays = aggregator.settings.backoff.delays();
     loop {
         if std::mem::take(&mut upstream.state().expired) {
             since = 0;
@@ -211,6 +212,7 @@ pub(super) async fn run(aggregator: Arc<Aggregator>, upstream: Arc<Upstream>) {
         upstream.set_connection(None);
         if ended.synced {
             attempt = 0;
+            delays = aggregator.settings.backoff.delays();
         }
         // The first failure of a streak, then every tenth, so an upstream that stays down is
         // still visible in the log without a line per attempt.
@@ -220,7 +222,7 @@ pub(super) async fn run(aggregator: Arc<Aggregator>, upstream: Arc<Upstream>) {
             tracing::debug!(upstream = %upstream.name(), reason = %ended.reason, attempt, "upstream lost; reconnecting");
         }
         aggregator.mark_stale(&upstream, &ended.reason);
-        tokio::time::sleep(aggregator.settings.backoff.delay(attempt)).await;
+        tokio::time::sleep(delays.next_delay()).await;
         attempt = attempt.saturating_add(1);
     }
 }

@@ -175,7 +175,7 @@ fn fast(grace: Duration) -> aggregate::Settings {
             initial: Duration::from_millis(50),
             factor: 2.0,
             max: Duration::from_millis(200),
-            jitter: 0.2,
+            jitter: true,
         },
         connect_timeout: Duration::from_secs(1),
         ..aggregate::Settings::default()

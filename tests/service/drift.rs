@@ -288,7 +288,7 @@ async fn a_refused_crd_list_is_retried_with_a_growing_delay() {
             initial: Duration::from_millis(100),
             factor: 2.0,
             max: Duration::from_secs(30),
-            jitter: 0.0,
+            jitter: false,
         },
         ..source::Settings::default()
     };

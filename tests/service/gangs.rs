@@ -64,7 +64,7 @@ fn start(fake: &FakeApiServer) -> (Arc<Index>, Running) {
             initial: Duration::from_millis(20),
             factor: 2.0,
             max: Duration::from_millis(500),
-            jitter: 0.0,
+            jitter: false,
         },
         startup_attempts: 3,
         counters: Default::default(),

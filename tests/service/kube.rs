@@ -76,7 +76,7 @@ fn settings(rediscover: Duration) -> source::Settings {
             initial: Duration::from_millis(20),
             factor: 2.0,
             max: Duration::from_millis(500),
-            jitter: 0.0,
+            jitter: false,
         },
         startup_attempts: 3,
         counters: Default::default(),
@@ -634,7 +634,7 @@ async fn kube_500_backoff_grows_resets_and_gates_readiness() {
         initial: Duration::from_millis(100),
         factor: 2.0,
         max: Duration::from_secs(5),
-        jitter: 0.0,
+        jitter: false,
     };
     let report = Arc::new(kartograf::definition::LoadReport::default());
     let metrics =

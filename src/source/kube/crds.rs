@@ -148,6 +148,7 @@ pub async fn run(
     let mut listed = false;
     let mut last = Drift::new();
     let mut errors = 0u32;
+    let mut delays = backoff.delays();
     loop {
         let mut changed = false;
         tokio::select! {
@@ -159,7 +160,7 @@ pub async fn run(
                 };
                 match item {
                     Err(e) => {
-                        let delay = backoff.delay(errors);
+                        let delay = delays.next_delay();
                         if errors == 0 {
                             tracing::warn!(retry_in = ?delay, "kubernetes: cannot watch CRDs, schema drift is not checked (needs list/watch on customresourcedefinitions): {e}");
                         }
@@ -169,8 +170,9 @@ pub async fn run(
                     Ok(event) => {
                         // The watcher restarts with `Init` after every error: only what
                         // follows it is progress (else the delay never grows).
-                        if !matches!(event, Event::Init) {
+                        if !matches!(event, Event::Init) && errors > 0 {
                             errors = 0;
+                            delays = backoff.delays();
                         }
                         match event {
                             Event::Init => listing.clear(),

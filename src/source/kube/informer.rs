@@ -199,15 +199,12 @@ async fn drive<K: IntoBody, S: Sink>(
     let mut listed = false;
     let mut inits = 0u32;
     let mut errors = 0u32;
+    let mut delays = ctx.settings.backoff.delays();
     let mut forbidden = 0u32;
     while let Some(item) = stream.next().await {
         let event = match item {
             Err(e) => {
-                let delay = ctx
-                    .settings
-                    .backoff
-                    .delay(errors)
-                    .max(retry_after(&e).unwrap_or_default());
+                let delay = delays.next_delay().max(retry_after(&e).unwrap_or_default());
                 errors = errors.saturating_add(1);
                 ctx.on_error(&source, &e, delay);
                 if let Some(verb) = forbidden_verb(&e) {
@@ -224,6 +221,9 @@ async fn drive<K: IntoBody, S: Sink>(
             Ok(event) => event,
         };
         if !matches!(event, Event::Init) {
+            if errors > 0 {
+                delays = ctx.settings.backoff.delays();
+            }
             errors = 0;
             forbidden = 0;
         }
