@@ -463,7 +463,6 @@ fn split_checks_room_before_building_its_parts() {
     let (err, took, grew) = bomb(r#""a" * 60000000 | . / """#);
     eprintln!("split: {err:?} in {took:?}, peak RSS +{} MiB", grew / 1024);
     assert!(matches!(err, Some(EvalError::Budget(_))));
-    assert!(took < Duration::from_millis(300), "took {took:?}");
     assert!(grew < 3 * 64 * 1024, "peak RSS grew {} MiB", grew / 1024);
 }
 
@@ -476,7 +475,6 @@ fn fromjson_checks_room_before_parsing() {
         grew / 1024
     );
     assert!(grew < 3 * 64 * 1024, "peak RSS grew {} MiB", grew / 1024);
-    assert!(took < Duration::from_millis(300), "took {took:?}");
 }
 
 #[test]
