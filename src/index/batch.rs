@@ -1,7 +1,6 @@
 //! A batch of changes applied under one hold of the index's writer lock; the affected
 //! workloads are resolved and published once, when the batch ends.
 
-use super::objects::mark_affected;
 use super::{Incoming, Index, Uid, Writer};
 use crate::definition::Catalog;
 use crate::model::{Cached, Pod};
@@ -19,6 +18,9 @@ pub struct Batch<'a> {
     /// Roots lists that ended before the first sync handed to a list still arriving (see
     /// [`Batch::finish_list`]): the writer has them prepared ahead ([`Index::prepare_ahead`]).
     pub(super) handed: Vec<Uid>,
+    /// Sources whose first full sync is marked done when the batch ends, after its graphs
+    /// are published ([`Batch::mark_synced`]).
+    pub(super) synced: Vec<String>,
 }
 
 impl Batch<'_> {
@@ -67,13 +69,9 @@ impl Batch<'_> {
             None => objects.notes.remove(uid).is_some(),
         };
         if changed {
-            mark_affected(
-                &objects,
-                &catalog,
-                &self.index.board,
-                &mut self.writer.dirty,
-                uid,
-            );
+            objects
+                .roots(uid, &catalog, &self.index.board)
+                .mark(&mut self.writer.dirty);
         }
     }
 
@@ -113,6 +111,20 @@ impl Batch<'_> {
         for uid in stale {
             self.index.remove(&mut self.writer, &uid);
         }
+    }
+
+    /// Publishes `catalog` (lookups and resolutions use it from now on) and re-resolves the
+    /// workloads whose definitions it changed.
+    pub fn set_catalog(&mut self, catalog: Catalog) {
+        let previous = self.index.catalog();
+        self.index.store_catalog(catalog);
+        self.reresolve_since(&previous);
+    }
+
+    /// Marks `source`'s first full sync done once this batch's graphs are published (when it
+    /// ends), so readiness never reports graphs not yet served.
+    pub fn mark_synced(&mut self, source: &str) {
+        self.synced.push(source.to_owned());
     }
 
     /// Drops the resolutions this batch would run when it ends (objects are stored, nothing
@@ -159,13 +171,9 @@ impl Batch<'_> {
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in affected {
-            mark_affected(
-                &objects,
-                &catalog,
-                &self.index.board,
-                &mut self.writer.dirty,
-                &uid,
-            );
+            objects
+                .roots(&uid, &catalog, &self.index.board)
+                .mark(&mut self.writer.dirty);
         }
     }
 }
@@ -175,6 +183,17 @@ impl Drop for Batch<'_> {
         self.index.flush(&mut self.writer);
         for p in self.keep.drain(..) {
             p.memo.drop_value();
+        }
+        if self.synced.is_empty() {
+            return;
+        }
+        for source in std::mem::take(&mut self.synced) {
+            self.index.mark_synced(&source);
+        }
+        if self.index.synced() {
+            // Roots held for lists still open are resolved now (see `listing.rs`).
+            self.release_open_lists();
+            self.index.flush(&mut self.writer);
         }
     }
 }

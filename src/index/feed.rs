@@ -33,6 +33,8 @@ enum Op {
         Option<OwnedSemaphorePermit>,
         Option<oneshot::Sender<Skipped>>,
     ),
+    /// The catalog was published at once ([`Feed::set_catalog`]); re-resolve what changed
+    /// since this one.
     Reresolve(Arc<Catalog>),
     MarkSynced(String),
     Barrier(oneshot::Sender<()>),
@@ -245,7 +247,7 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
         let Some(index) = index.upgrade() else {
             return;
         };
-        let mut after: Vec<Op> = Vec::new();
+        let mut barriers: Vec<oneshot::Sender<()>> = Vec::new();
         let mut replies: Vec<(oneshot::Sender<Skipped>, Skipped)> = Vec::new();
         let mut batch = index.batch();
         let mut next = Some(first);
@@ -275,9 +277,17 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
                     }
                 }
                 Op::Reresolve(previous) => batch.reresolve_since(&previous),
-                op @ (Op::MarkSynced(_) | Op::Barrier(_)) => after.push(op),
+                // Both end the batch: readiness and a barrier wait for what came before.
+                Op::MarkSynced(source) => {
+                    batch.mark_synced(&source);
+                    break;
+                }
+                Op::Barrier(done) => {
+                    barriers.push(done);
+                    break;
+                }
             }
-            if taken < BATCH && after.is_empty() {
+            if taken < BATCH {
                 next = rx.try_recv().ok();
             }
         }
@@ -285,19 +295,8 @@ fn write_loop(index: Weak<Index>, mut rx: mpsc::UnboundedReceiver<Op>) {
         for (done, skipped) in replies {
             let _ = done.send(skipped);
         }
-        for op in after {
-            match op {
-                Op::MarkSynced(source) => {
-                    index.mark_synced(&source);
-                    if index.synced() {
-                        index.batch().release_open_lists();
-                    }
-                }
-                Op::Barrier(done) => {
-                    let _ = done.send(());
-                }
-                _ => {}
-            }
+        for done in barriers {
+            let _ = done.send(());
         }
     }
 }

@@ -36,7 +36,7 @@ use crate::model::{Cached, Pod};
 use crate::resolve::{self, Prepared};
 use arc_swap::ArcSwap;
 use listing::OpenList;
-use objects::{Entry, Objects, mark_affected};
+use objects::{Entry, Objects};
 use parking_lot::{Mutex, MutexGuard};
 use serde_json::Value as Json;
 use settle::{PreparedKey, cut_short};
@@ -225,6 +225,7 @@ impl Index {
             writer: self.write(),
             keep: Vec::new(),
             handed: Vec::new(),
+            synced: Vec::new(),
         }
     }
 
@@ -362,9 +363,7 @@ impl Index {
 
     /// Publishes a new catalog and re-resolves the workloads whose definitions it changed.
     pub fn set_catalog(&self, catalog: Catalog) {
-        let previous = self.catalog();
-        self.store_catalog(catalog);
-        self.batch().reresolve_since(&previous);
+        self.batch().set_catalog(catalog);
     }
 
     /// Whether a pod update can keep the cached copy (`Some(true)`: identical, skip it),
@@ -462,21 +461,19 @@ impl Index {
             source,
             root: None,
         };
-        let dirty = &mut w.dirty;
-        objects.put(shared, entry, &mut |objects| {
-            mark_affected(objects, &catalog, &self.board, dirty, &uid);
-        });
+        objects
+            .put(shared, entry, &catalog, &self.board)
+            .mark(&mut w.dirty);
         self.writes.fetch_add(1, Ordering::Release);
         uid
     }
 
     fn remove(&self, w: &mut Writer, uid: &str) {
         let catalog = self.catalog.load();
-        let dirty = &mut w.dirty;
         // A root (or a published workload) it was is marked before it goes.
-        self.objects_mut().take(uid, &mut |objects| {
-            mark_affected(objects, &catalog, &self.board, dirty, uid);
-        });
+        self.objects_mut()
+            .take(uid, &catalog, &self.board)
+            .mark(&mut w.dirty);
         self.writes.fetch_add(1, Ordering::Release);
     }
 }

@@ -76,22 +76,25 @@ impl Objects {
     }
 
     /// Stores `entry` under `shared` (its uid), replacing what was there: unlinks the old
-    /// copy's controller link and name, links the new one, keeps the pod count. `affected`
-    /// is called with the store before the change and after it, so the caller can mark the
-    /// roots the object belonged to and belongs to now.
+    /// copy's controller link and name, links the new one, keeps the pod count. Returns the
+    /// roots the object and everything below it belonged to before and belong to now.
     pub(super) fn put(
         &mut self,
         shared: Uid,
         mut entry: Entry,
-        affected: &mut dyn FnMut(&Objects),
-    ) {
+        catalog: &Catalog,
+        board: &Board,
+    ) -> Roots {
         let uid = shared.clone();
-        if let Some(old) = self.entries.get(uid.as_ref()) {
-            entry.root = old.root.clone();
-            let old_meta = old.cached.meta().clone();
-            unlink(self, &uid, &old_meta);
-        }
-        affected(self);
+        let old_meta = match self.entries.get(uid.as_ref()) {
+            Some(old) => {
+                entry.root = old.root.clone();
+                let meta = old.cached.meta().clone();
+                unlink(self, &uid, &meta);
+                Some(meta)
+            }
+            None => None,
+        };
         if let Some(owner) = entry.cached.meta().controller() {
             let owner = self.uid(&owner.uid);
             self.children
@@ -114,17 +117,41 @@ impl Objects {
             entries, by_name, ..
         } = self;
         by_name.insert(&Graph(entries), Name::of(name_meta.meta()), shared);
-        affected(self);
+        // The store before the change is the store now with the old copy in its place.
+        let before = Before {
+            entries: &self.entries,
+            uid: &uid,
+            meta: old_meta.as_ref(),
+        };
+        let now = Graph(&self.entries);
+        let was = match &old_meta {
+            Some(meta) => self.up(&uid, meta, catalog, &before),
+            None => Up::absent(),
+        };
+        let is = self.up(&uid, name_meta.meta(), catalog, &now);
+        let mut roots = Roots::default();
+        self.down(
+            &uid,
+            &[(&was, &before), (&is, &now)],
+            catalog,
+            board,
+            &mut roots,
+        );
+        roots
     }
 
-    /// Removes `uid` with its links, name and note; `affected` is called with the store
-    /// before the change. Nothing happens when it is not cached.
-    pub(super) fn take(&mut self, uid: &str, affected: &mut dyn FnMut(&Objects)) {
-        let Some(entry) = self.entries.get(uid) else {
-            return;
+    /// Removes `uid` with its links, name and note. Returns the roots it and everything
+    /// below it belonged to; none when it is not cached.
+    pub(super) fn take(&mut self, uid: &str, catalog: &Catalog, board: &Board) -> Roots {
+        let mut roots = Roots::default();
+        let Some((shared, entry)) = self.entries.get_key_value(uid) else {
+            return roots;
         };
+        let shared = shared.clone();
         let meta = entry.cached.meta().clone();
-        affected(self);
+        let now = Graph(&self.entries);
+        let was = self.up(&shared, &meta, catalog, &now);
+        self.down(&shared, &[(&was, &now)], catalog, board, &mut roots);
         unlink(self, uid, &meta);
         if let Some(old) = self.entries.remove(uid) {
             if matches!(old.cached, Cached::Pod(_)) {
@@ -132,6 +159,20 @@ impl Objects {
             }
             self.notes.remove(uid);
         }
+        roots
+    }
+
+    /// The roots `uid` and everything below it belong to now (see [`Objects::put`]).
+    pub(super) fn roots(&self, uid: &str, catalog: &Catalog, board: &Board) -> Roots {
+        let mut roots = Roots::default();
+        let shared = self.uid(uid);
+        let now = Graph(&self.entries);
+        let is = match self.entries.get(uid) {
+            Some(entry) => self.up(&shared, entry.cached.meta(), catalog, &now),
+            None => Up::absent(),
+        };
+        self.down(&shared, &[(&is, &now)], catalog, board, &mut roots);
+        roots
     }
 
     /// The shared copy of `uid` when a map already holds one, else a new one.
@@ -274,40 +315,212 @@ pub(super) fn unlink(objects: &mut Objects, uid: &str, meta: &ObjectMeta) {
     by_name.remove_if(&Graph(entries), Name::of(meta), uid);
 }
 
-/// Marks dirty every root that `uid` or anything below it belongs to (now or before). An
-/// object on the way is marked itself only when it is a root, or was one (`board` shows it),
-/// so the thousands of pods a list brings are not each settled only to find they are none.
-pub(super) fn mark_affected(
-    objects: &Objects,
-    catalog: &Catalog,
-    board: &Board,
-    dirty: &mut BTreeSet<Uid>,
-    uid: &str,
-) {
-    let mut stack = vec![(objects.uid(uid), 0usize)];
-    let mut seen = HashSet::new();
-    while let Some((at, depth)) = stack.pop() {
-        if !seen.insert(at.clone()) || depth > ownership::MAX_HOPS {
-            continue;
-        }
-        let mut root = false;
-        if let Some(entry) = objects.entries.get(&at) {
-            if let Some(previous) = &entry.root {
-                dirty.insert(previous.clone());
-            }
-            match ownership::root_of(entry.cached.meta(), &Graph(&objects.entries), catalog) {
-                Root::Owner(owner) => {
-                    dirty.insert(objects.uid(&owner.uid));
-                }
-                Root::Itself => root = true,
-                Root::Uncovered(_) => {}
-            }
-        }
-        if root || board.get(&at).is_some() {
-            dirty.insert(at.clone());
-        }
-        for child in objects.children.get(&at).into_iter().flatten() {
-            stack.push((child.clone(), depth + 1));
+/// The roots a change touches: those the changed object and everything below it belonged
+/// to before the change (with the pods' last-resolved roots and the published workloads
+/// among them), and those they belong to after it.
+#[derive(Debug, Default)]
+pub(super) struct Roots {
+    /// Before the change.
+    pub(super) before: Vec<Uid>,
+    /// After it.
+    pub(super) after: Vec<Uid>,
+}
+
+impl Roots {
+    /// Marks them all dirty.
+    pub(super) fn mark(self, dirty: &mut BTreeSet<Uid>) {
+        dirty.extend(self.before);
+        dirty.extend(self.after);
+    }
+
+    /// Adds a root of state `i` (0 before, 1 after).
+    fn push(&mut self, i: usize, root: Uid) {
+        if i == 0 {
+            self.before.push(root);
+        } else {
+            self.after.push(root);
         }
     }
+}
+
+/// One state of an object's controller chain, walked up once: its own root and what the
+/// objects below it inherit.
+struct Up {
+    /// The object's root (`None` when uncovered or not cached).
+    root: Option<Uid>,
+    /// The topmost owner in its chain whose kind has a definition: the root of everything
+    /// below it.
+    top: Option<Uid>,
+    /// The chain's length.
+    hops: usize,
+    /// The chain stopped short (a cycle, or [`ownership::MAX_HOPS`]): the objects below are
+    /// walked up each on their own.
+    cut: bool,
+}
+
+impl Up {
+    /// The state before an object was cached.
+    fn absent() -> Up {
+        Up {
+            root: None,
+            top: None,
+            hops: 0,
+            cut: false,
+        }
+    }
+}
+
+/// The store as it was before `uid` changed: `uid` held `meta` (or was not cached).
+struct Before<'a> {
+    entries: &'a HashMap<Uid, Entry>,
+    uid: &'a str,
+    meta: Option<&'a ObjectMeta>,
+}
+
+impl OwnerGraph for Before<'_> {
+    fn meta(&self, uid: &str) -> Option<&ObjectMeta> {
+        if uid == self.uid {
+            self.meta
+        } else {
+            self.entries.get(uid).map(|e| e.cached.meta())
+        }
+    }
+}
+
+/// One state of the store for a walk: what `uid` inherits there and the store as it was.
+type State<'a> = (&'a Up, &'a dyn OwnerGraph);
+
+impl Objects {
+    /// Walks `meta`'s (the object `uid`'s) controller chain up once in `graph`.
+    fn up(&self, uid: &Uid, meta: &ObjectMeta, catalog: &Catalog, graph: &dyn OwnerGraph) -> Up {
+        let chain = ownership::controller_chain(meta, graph);
+        let cut = ownership::chain_cut(meta, &chain, graph);
+        let (root, top) = match ownership::root_in(meta, &chain, catalog) {
+            Root::Owner(owner) => {
+                let top = self.uid(&owner.uid);
+                (Some(top.clone()), Some(top))
+            }
+            Root::Itself => (Some(uid.clone()), None),
+            Root::Uncovered(_) => (None, None),
+        };
+        Up {
+            root,
+            top,
+            hops: chain.len(),
+            cut,
+        }
+    }
+
+    /// Walks down from `uid` once, adding to `roots` each object's root in each state
+    /// (`[before, after]`, or one state: `uid`'s own from its [`Up`], each object below
+    /// derived from its parent's, or walked up on its own where that chain is `cut`), and,
+    /// to `before`, the roots pods were last resolved under and the objects published as
+    /// workloads.
+    fn down(
+        &self,
+        uid: &Uid,
+        states: &[State<'_>],
+        catalog: &Catalog,
+        board: &Board,
+        roots: &mut Roots,
+    ) {
+        let mut start: [Option<Inherited>; 2] = [None, None];
+        for (i, (up, _)) in states.iter().enumerate().take(2) {
+            if let Some(root) = &up.root {
+                roots.push(i, root.clone());
+            }
+            start[i] = Some(Inherited {
+                top: up.top.clone(),
+                hops: up.hops,
+                cut: up.cut,
+            });
+        }
+        if let Some(previous) = self.entries.get(uid).and_then(|e| e.root.as_ref()) {
+            roots.before.push(previous.clone());
+        }
+        if board.get(uid).is_some() {
+            roots.before.push(uid.clone());
+        }
+        let Some(children) = self.children.get(uid) else {
+            return;
+        };
+        let mut stack: Vec<(Uid, usize, [Option<Inherited>; 2])> = children
+            .into_iter()
+            .map(|c| (c.clone(), 1, start.clone()))
+            .collect();
+        let mut seen = HashSet::new();
+        seen.insert(uid.clone());
+        while let Some((at, depth, above)) = stack.pop() {
+            if depth > ownership::MAX_HOPS || !seen.insert(at.clone()) {
+                continue;
+            }
+            let Some(entry) = self.entries.get(&at) else {
+                continue;
+            };
+            let meta = entry.cached.meta();
+            let mut next: [Option<Inherited>; 2] = [None, None];
+            for (i, above) in above.into_iter().enumerate() {
+                let (Some(above), Some((_, graph))) = (above, states.get(i)) else {
+                    continue;
+                };
+                let hops = above.hops + 1;
+                if above.cut || hops > ownership::MAX_HOPS {
+                    // A cycle, or a chain longer than is followed: walked up on its own.
+                    if let Some(root) = self.up(&at, meta, catalog, *graph).root {
+                        roots.push(i, root);
+                    }
+                    next[i] = Some(Inherited {
+                        top: None,
+                        hops,
+                        cut: true,
+                    });
+                    continue;
+                }
+                // The chain above `at` is its controller reference, then its parent's.
+                let top = above.top.or_else(|| {
+                    meta.controller()
+                        .filter(|o| ownership::covers(o, catalog))
+                        .map(|o| self.uid(&o.uid))
+                });
+                let root = match &top {
+                    Some(top) => Some(top.clone()),
+                    None => covers_kind(meta, catalog).then(|| at.clone()),
+                };
+                if let Some(root) = root {
+                    roots.push(i, root);
+                }
+                next[i] = Some(Inherited {
+                    top,
+                    hops,
+                    cut: false,
+                });
+            }
+            if let Some(previous) = &entry.root {
+                roots.before.push(previous.clone());
+            }
+            if board.get(&at).is_some() {
+                roots.before.push(at.clone());
+            }
+            for child in self.children.get(&at).into_iter().flatten() {
+                stack.push((child.clone(), depth + 1, next.clone()));
+            }
+        }
+    }
+}
+
+/// What an object passes down to those it controls, in one state.
+#[derive(Clone)]
+struct Inherited {
+    /// The topmost owner with a definition in the chain above the children.
+    top: Option<Uid>,
+    /// The length of the chain above the children.
+    hops: usize,
+    /// That chain stopped short: each object below is walked up on its own.
+    cut: bool,
+}
+
+/// True when `catalog` has a definition for `meta`'s kind.
+fn covers_kind(meta: &ObjectMeta, catalog: &Catalog) -> bool {
+    let gvk = meta.gvk();
+    catalog.covers(&gvk.group, &gvk.kind)
 }

@@ -494,3 +494,118 @@ fn a_list_that_starts_over_gives_back_the_roots_handed_to_it() {
     index.batch().release_open_lists();
     assert_eq!(workloads(&index), ["Group/a", "Group/b"]);
 }
+
+/// The roots a change touches, derived in one walk down from each object's parent, are
+/// those each object below it gives when walked up on its own (`root_of`), across owner
+/// graphs with chains longer than `MAX_HOPS`, cycles, owners not cached, references naming
+/// another kind than their owner's, and controllers that move.
+#[test]
+fn the_roots_a_change_touches_match_each_object_walked_up_on_its_own() {
+    use super::Uid;
+    use super::objects::{Entry, Objects};
+    use crate::model::ownership::{self, MAX_HOPS, Root};
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    const N: usize = 12;
+    let index = Index::new(catalog(), &[]);
+    let catalog = index.catalog();
+    let kind = |i: usize| ["Group", "Member", "Other", "Member"][i % 4];
+    // Object i's controller: another object, an owner never cached, or none.
+    let object = |i: usize, controller: usize| {
+        let mut o = json!({"apiVersion": "example.com/v1", "kind": kind(i),
+            "metadata": {"name": format!("o{i}"), "namespace": "ns", "uid": format!("uid-{i}")}});
+        let named = if i % 5 == 4 {
+            "Group"
+        } else {
+            kind(controller % N)
+        };
+        if controller < N {
+            o["metadata"]["ownerReferences"] = json!([{"apiVersion": "example.com/v1",
+                "kind": named, "name": format!("o{controller}"), "uid": format!("uid-{controller}"),
+                "controller": true}]);
+        } else if controller == N {
+            o["metadata"]["ownerReferences"] = json!([{"apiVersion": "example.com/v1",
+                "kind": "Group", "name": "ghost", "uid": "uid-ghost", "controller": true}]);
+        }
+        o
+    };
+    let entry = |i: usize, controller: usize| Entry {
+        cached: index.convert(&object(i, controller)).expect("converts"),
+        version: 0,
+        source: Arc::from("t"),
+        root: i.is_multiple_of(3).then(|| Arc::from(format!("hint-{i}"))),
+    };
+    // What the walk replaced: every object below `uid` walked up on its own.
+    let walked_up = |objects: &Objects, uid: &str| -> BTreeSet<Uid> {
+        let mut out = BTreeSet::new();
+        let mut stack = vec![(objects.uid(uid), 0)];
+        let mut seen = BTreeSet::new();
+        while let Some((at, depth)) = stack.pop() {
+            if depth > MAX_HOPS || !seen.insert(at.clone()) {
+                continue;
+            }
+            if let Some(e) = objects.get(&at) {
+                out.extend(e.root.clone());
+                match ownership::root_of(e.cached.meta(), &objects.graph(), &catalog) {
+                    Root::Owner(o) => {
+                        out.insert(Arc::from(o.uid.as_str()));
+                    }
+                    Root::Itself => {
+                        out.insert(at.clone());
+                    }
+                    Root::Uncovered(_) => {}
+                }
+            }
+            for child in objects.children.get(&at).into_iter().flatten() {
+                stack.push((child.clone(), depth + 1));
+            }
+        }
+        out
+    };
+    let set = |roots: super::objects::Roots| -> BTreeSet<Uid> {
+        roots.before.into_iter().chain(roots.after).collect()
+    };
+    let mut cases = 0;
+    for a in 0..N + 2 {
+        for b in 0..N + 2 {
+            let controller = |i: usize| (i * a + b) % (N + 2);
+            let mut objects = Objects::default();
+            for i in 0..N {
+                // Inserted after some of the objects it controls, before others.
+                let uid = format!("uid-{i}");
+                let before = walked_up(&objects, &uid);
+                let shared = objects.uid(&uid);
+                let found =
+                    set(objects.put(shared, entry(i, controller(i)), &catalog, index.board()));
+                let expected: BTreeSet<Uid> = before
+                    .into_iter()
+                    .chain(walked_up(&objects, &uid))
+                    .collect();
+                assert_eq!(found, expected, "a={a} b={b} object {i} inserted");
+            }
+            for i in 0..N {
+                let uid = format!("uid-{i}");
+                let found = set(objects.roots(&uid, &catalog, index.board()));
+                assert_eq!(found, walked_up(&objects, &uid), "a={a} b={b} object {i}");
+            }
+            for i in 0..N {
+                let uid = format!("uid-{i}");
+                let before = walked_up(&objects, &uid);
+                let moved = (controller(i) + 1 + i) % (N + 2);
+                let shared = objects.uid(&uid);
+                let found = set(objects.put(shared, entry(i, moved), &catalog, index.board()));
+                let expected: BTreeSet<Uid> = before
+                    .into_iter()
+                    .chain(walked_up(&objects, &uid))
+                    .collect();
+                assert_eq!(found, expected, "a={a} b={b} object {i} moved to {moved}");
+                cases += 1;
+            }
+            let last = format!("uid-{}", N - 1);
+            let expected = walked_up(&objects, &last);
+            assert_eq!(set(objects.take(&last, &catalog, index.board())), expected);
+        }
+    }
+    assert_eq!(cases, (N + 2) * (N + 2) * N);
+}

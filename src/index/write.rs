@@ -2,7 +2,9 @@
 //! [`Write`], spoken the same to the sync [`Batch`] (tests, offline resolution) and to the
 //! async [`super::Feed`] (sources, through the writer thread). The verbs: apply, delete,
 //! note, reset, begin/stage/finish a list, count what was skipped; a catalog change and a
-//! source's first sync are the index's own calls (`set_catalog`, `mark_synced`) on both.
+//! source's first sync are `set_catalog` and `mark_synced`, named the same on both (the
+//! feed publishes a catalog at once and queues its re-resolution; either marks a sync done
+//! once the writes before it are published).
 
 use super::Batch;
 use crate::model::{Cached, Skip, SkipCounts, Skipped};

@@ -63,11 +63,12 @@ pub enum Root {
 /// kind has a definition (recognised from the owner reference alone), else the object itself
 /// if its kind has one.
 pub fn root_of(object: &ObjectMeta, graph: &dyn OwnerGraph, catalog: &Catalog) -> Root {
-    let chain = controller_chain(object, graph);
-    let covered = chain.iter().rev().find(|o| {
-        let gvk = o.gvk();
-        catalog.covers(&gvk.group, &gvk.kind)
-    });
+    root_in(object, &controller_chain(object, graph), catalog)
+}
+
+/// [`root_of`] over a chain already walked: `chain` is [`controller_chain`] of `object`.
+pub fn root_in(object: &ObjectMeta, chain: &[&OwnerRef], catalog: &Catalog) -> Root {
+    let covered = chain.iter().rev().find(|o| covers(o, catalog));
     match covered {
         Some(owner) => Root::Owner((*owner).clone()),
         None => {
@@ -79,6 +80,26 @@ pub fn root_of(object: &ObjectMeta, graph: &dyn OwnerGraph, catalog: &Catalog) -
             }
         }
     }
+}
+
+/// True when `catalog` has a definition for the kind an owner reference names.
+pub fn covers(owner: &OwnerRef, catalog: &Catalog) -> bool {
+    let gvk = owner.gvk();
+    catalog.covers(&gvk.group, &gvk.kind)
+}
+
+/// True when [`controller_chain`] of `start` (that is `chain`) stopped short of its end: at
+/// [`MAX_HOPS`] or where an owner cycle begins.
+pub fn chain_cut(start: &ObjectMeta, chain: &[&OwnerRef], graph: &dyn OwnerGraph) -> bool {
+    if chain.len() >= MAX_HOPS {
+        return true;
+    }
+    let last = match chain.last() {
+        Some(owner) => graph.meta(&owner.uid),
+        None => Some(start),
+    };
+    last.and_then(ObjectMeta::controller)
+        .is_some_and(|next| *next.uid == *start.uid || chain.iter().any(|o| o.uid == next.uid))
 }
 
 /// The owner cycle above `start`, if its controller chain runs into one: the names around
