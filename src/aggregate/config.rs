@@ -458,4 +458,29 @@ mod tests {
         }
         assert!(parse_file("", Path::new("u.yaml")).unwrap().is_empty());
     }
+
+    #[test]
+    fn errors_name_the_upstream_and_the_field() {
+        let e = parse_flag("eu=ftp://a:1").unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Upstream(UpstreamError::Scheme { .. })),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "upstream eu: url \"ftp://a:1\" must start with http:// or https://"
+        );
+        let e = parse_flag("eu").unwrap_err();
+        assert_eq!(e.to_string(), "--upstream \"eu\": expected NAME=URL");
+        let Err(e) = load(Path::new("/nonexistent/upstreams.yaml"), &[]) else {
+            panic!("a missing file loads");
+        };
+        assert!(
+            e.to_string()
+                .starts_with("--upstreams /nonexistent/upstreams.yaml: "),
+            "{e}"
+        );
+        let e = parse_file("a: 1\n---\nb: 2\n", Path::new("u.yaml")).unwrap_err();
+        assert_eq!(e.to_string(), "u.yaml: expected one document");
+    }
 }

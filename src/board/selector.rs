@@ -953,4 +953,28 @@ mod tests {
         assert!(e.len() < 1000, "{} bytes: {e}", e.len());
         assert!(e.contains("(3002 bytes)"), "{e}");
     }
+
+    #[test]
+    fn error_messages_quote_a_bounded_part_of_the_input() {
+        let e = parse("a in b").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "label_selector \"a in b\" is not a valid Kubernetes label selector: found 'b', expected: '('"
+        );
+        let e = parse("a/b/c").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "label_selector \"a/b/c\" is not a valid Kubernetes label selector: invalid label key \"a/b/c\": a key is an optional DNS subdomain prefix, '/' and a name"
+        );
+        let e = parse("a>x").unwrap_err();
+        assert!(
+            matches!(&e, SelectorError::Invalid { syntax: SyntaxError::NotAnInteger { key }, .. } if key == "a"),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .ends_with("for 'gt', 'lt' operators the value must be an integer (key \"a\")"),
+            "{e}"
+        );
+    }
 }

@@ -621,4 +621,33 @@ mod tests {
         assert!(t.rejected().is_none());
         assert!(t.authorize(RESOLVE, Some(bearer)).is_err());
     }
+
+    #[test]
+    fn load_errors_name_the_file_and_the_line() {
+        let d = temp("load-errors");
+        let path = d.join("tokens");
+        std::fs::write(
+            &path,
+            "aaaaaaaaaaaaaaaa ci resolver\nbbbbbbbbbbbbbbbb ops fly\n",
+        )
+        .unwrap();
+        let e = Tokens::load(&path).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                TokenFileError::Content {
+                    source: TokenFileProblem::UnknownScope { line: 2, .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "token file {}: line 2 (ops): unknown scope \"fly\"; use resolver, definitions, metrics or *",
+                path.display()
+            )
+        );
+    }
 }
