@@ -76,10 +76,19 @@ impl<'de> Visitor<'de> for StrictVisitor {
     }
 }
 
+/// Text that is neither YAML nor JSON.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not valid YAML or JSON: {yaml}")]
+pub struct ManifestError {
+    /// The YAML parser's message, printable and cut to a bounded excerpt (it may quote the
+    /// text, which may be a link to secrets), so the error itself carries no more than that.
+    pub yaml: String,
+}
+
 /// Parses text into its documents. JSON is tried first when the text starts with `{` or `[`;
 /// empty documents are skipped; any `kind` ending in `List` with an `items` array is
 /// flattened into its items.
-pub fn parse_documents(text: &str) -> Result<Vec<Value>, String> {
+pub fn parse_documents(text: &str) -> Result<Vec<Value>, ManifestError> {
     let trimmed = text.trim_start();
     let docs: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
         match from_json_strict(trimmed) {
@@ -131,7 +140,7 @@ pub fn json_stream(text: &str) -> Option<Vec<&str>> {
 /// YAML with limits that scale with the text: any number of documents (`kubectl get -o
 /// yaml` of 100,000 pods is one `List` of 15 million nodes), while aliases, anchors and
 /// nesting keep their fixed caps, so an alias bomb ("billion laughs") still fails fast.
-fn parse_yaml(text: &str) -> Result<Vec<Value>, String> {
+fn parse_yaml(text: &str) -> Result<Vec<Value>, ManifestError> {
     let mut budget = serde_saphyr::Budget::default();
     budget.max_documents = text.len() / 3 + 1024;
     budget.max_nodes += text.len() / 2;
@@ -142,9 +151,8 @@ fn parse_yaml(text: &str) -> Result<Vec<Value>, String> {
     // No snippet of the offending line: an error never quotes more of a file than a
     // bounded, printable excerpt (the file may be a link to secrets).
     options.with_snippet = false;
-    serde_saphyr::from_multiple_with_options::<Value>(text, options).map_err(|e| {
-        let e = crate::excerpt::printable(&e.to_string(), crate::excerpt::PARSE_ERROR_BYTES);
-        format!("not valid YAML or JSON: {e}")
+    serde_saphyr::from_multiple_with_options::<Value>(text, options).map_err(|e| ManifestError {
+        yaml: crate::excerpt::printable(&e.to_string(), crate::excerpt::PARSE_ERROR_BYTES),
     })
 }
 
@@ -299,7 +307,7 @@ mod tests {
             "---\n{\"a\": 1}\n---\n{\"x\": {\"k\": 1, \"k\": 2}}\n",
             r#"{"kind": "List", "items": [{"a": 1, "a": 1}]}"#,
         ] {
-            let e = parse_documents(text).expect_err(text);
+            let e = parse_documents(text).expect_err(text).to_string();
             assert!(e.to_lowercase().contains("duplicate"), "{text}: {e}");
         }
         let e = from_json_strict(r#"{"a": {"k\u0000\n": 1, "k\u0000\n": 2}}"#).unwrap_err();
@@ -317,7 +325,7 @@ mod tests {
             format!("{secret}: : :\n\tb"),
             format!("- {secret}\nkey: value\n"),
         ] {
-            let e = parse_documents(&text).unwrap_err();
+            let e = parse_documents(&text).unwrap_err().to_string();
             assert!(!e.contains("s3cr3t"), "{e}");
             assert!(e.len() < 400 && !e.contains('\n'), "{e}");
         }

@@ -66,6 +66,142 @@ struct File {
     upstreams: Vec<UpstreamConfig>,
 }
 
+/// Why one upstream's settings are refused; the message names the upstream and the field.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// A name that is not a cluster name.
+    #[error(
+        "upstream name {:?} is not a cluster name: 1 to {MAX_CLUSTER_BYTES} bytes without whitespace, control characters or '='",
+        crate::excerpt::echo(.name)
+    )]
+    Name {
+        /// The name.
+        name: String,
+    },
+    /// A url that is not a URI.
+    #[error("upstream {name}: url {url:?}: {source}")]
+    Url {
+        /// The upstream.
+        name: String,
+        /// Its url.
+        url: String,
+        /// Why it does not parse.
+        #[source]
+        source: tonic::codegen::http::uri::InvalidUri,
+    },
+    /// A url of another scheme than `http` or `https`.
+    #[error("upstream {name}: url {url:?} must start with http:// or https://")]
+    Scheme {
+        /// The upstream.
+        name: String,
+        /// Its url.
+        url: String,
+    },
+    /// A url without a host.
+    #[error("upstream {name}: url {url:?} has no host")]
+    NoHost {
+        /// The upstream.
+        name: String,
+        /// Its url.
+        url: String,
+    },
+    /// An `https` url without `caFile`.
+    #[error(
+        "upstream {name}: an https url needs caFile (the CA that signed the upstream's certificate)"
+    )]
+    NoCa {
+        /// The upstream.
+        name: String,
+    },
+    /// TLS settings on an `http` url.
+    #[error("upstream {name}: caFile, certFile and serverName need an https url")]
+    TlsWithoutHttps {
+        /// The upstream.
+        name: String,
+    },
+    /// `certFile` without `keyFile`, or the other way round.
+    #[error("upstream {name}: certFile and keyFile go together")]
+    CertWithoutKey {
+        /// The upstream.
+        name: String,
+    },
+    /// More than [`MAX_CLUSTERS`] clusters.
+    #[error("upstream {name}: more than {MAX_CLUSTERS} clusters listed")]
+    TooManyClusters {
+        /// The upstream.
+        name: String,
+    },
+    /// A listed cluster that is not a cluster name.
+    #[error(
+        "upstream {name}: clusters: {:?} is not a cluster name (1 to {MAX_CLUSTER_BYTES} bytes without whitespace or control characters, or \"*\")",
+        crate::excerpt::echo(.cluster)
+    )]
+    Cluster {
+        /// The upstream.
+        name: String,
+        /// The listed name.
+        cluster: String,
+    },
+}
+
+/// Why the upstreams (flags and file) are refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// An `--upstream` flag without `=`.
+    #[error("--upstream {flag:?}: expected NAME=URL")]
+    Flag {
+        /// The flag's value.
+        flag: String,
+    },
+    /// An upstream's settings.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// The upstreams file cannot be read.
+    #[error("--upstreams {}: {source}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The upstreams file does not parse.
+    #[error("{}: {problem}", .path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong in it.
+        #[source]
+        problem: FileProblem,
+    },
+    /// One name for two upstreams.
+    #[error("upstream {name:?} is named twice")]
+    Twice {
+        /// The name.
+        name: String,
+    },
+}
+
+/// What is wrong in an upstreams file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileProblem {
+    /// Not UTF-8 text.
+    #[error("not UTF-8")]
+    NotUtf8,
+    /// Not YAML or JSON.
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::ManifestError),
+    /// More than one document.
+    #[error("expected one document")]
+    Documents,
+    /// Not the file's shape (unknown or mistyped fields).
+    #[error(transparent)]
+    Shape(#[from] serde_json::Error),
+    /// An upstream's settings.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+}
+
 impl UpstreamConfig {
     /// An upstream without TLS or token settings.
     pub fn new(name: &str, url: &str) -> UpstreamConfig {
@@ -82,60 +218,59 @@ impl UpstreamConfig {
     }
 
     /// Checks every field; the error names the upstream and the field.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), UpstreamError> {
         if !is_cluster_name(&self.name) || self.name.contains('=') {
-            return Err(format!(
-                "upstream name {:?} is not a cluster name: 1 to {MAX_CLUSTER_BYTES} bytes without whitespace, control characters or '='",
-                crate::excerpt::echo(&self.name)
-            ));
+            return Err(UpstreamError::Name {
+                name: self.name.clone(),
+            });
         }
-        let name = &self.name;
-        let uri: tonic::codegen::http::Uri = self
-            .url
-            .parse()
-            .map_err(|e| format!("upstream {name}: url {:?}: {e}", self.url))?;
+        let name = || self.name.clone();
+        let url = || self.url.clone();
+        let uri: tonic::codegen::http::Uri =
+            self.url.parse().map_err(|source| UpstreamError::Url {
+                name: name(),
+                url: url(),
+                source,
+            })?;
         let tls = match uri.scheme_str() {
             Some("https") => true,
             Some("http") => false,
             _ => {
-                return Err(format!(
-                    "upstream {name}: url {:?} must start with http:// or https://",
-                    self.url
-                ));
+                return Err(UpstreamError::Scheme {
+                    name: name(),
+                    url: url(),
+                });
             }
         };
         if uri.host().is_none_or(str::is_empty) {
-            return Err(format!("upstream {name}: url {:?} has no host", self.url));
+            return Err(UpstreamError::NoHost {
+                name: name(),
+                url: url(),
+            });
         }
         if tls && self.ca_file.is_none() {
-            return Err(format!(
-                "upstream {name}: an https url needs caFile (the CA that signed the upstream's certificate)"
-            ));
+            return Err(UpstreamError::NoCa { name: name() });
         }
         if !tls
             && (self.ca_file.is_some() || self.cert_file.is_some() || self.server_name.is_some())
         {
-            return Err(format!(
-                "upstream {name}: caFile, certFile and serverName need an https url"
-            ));
+            return Err(UpstreamError::TlsWithoutHttps { name: name() });
         }
         if self.cert_file.is_some() != self.key_file.is_some() {
-            return Err(format!("upstream {name}: certFile and keyFile go together"));
+            return Err(UpstreamError::CertWithoutKey { name: name() });
         }
         if self.clusters.len() > MAX_CLUSTERS {
-            return Err(format!(
-                "upstream {name}: more than {MAX_CLUSTERS} clusters listed"
-            ));
+            return Err(UpstreamError::TooManyClusters { name: name() });
         }
         if let Some(bad) = self
             .clusters
             .iter()
             .find(|c| c.as_str() != ANY_CLUSTER && !is_cluster_name(c))
         {
-            return Err(format!(
-                "upstream {name}: clusters: {:?} is not a cluster name (1 to {MAX_CLUSTER_BYTES} bytes without whitespace or control characters, or \"*\")",
-                crate::excerpt::echo(bad)
-            ));
+            return Err(UpstreamError::Cluster {
+                name: name(),
+                cluster: bad.clone(),
+            });
         }
         Ok(())
     }
@@ -143,10 +278,10 @@ impl UpstreamConfig {
 
 /// Parses one `--upstream NAME=URL` or `--upstream NAME@CLUSTER[@CLUSTER…]=URL` (the
 /// clusters it may speak for besides its name).
-pub fn parse_flag(flag: &str) -> Result<UpstreamConfig, String> {
-    let (head, url) = flag
-        .split_once('=')
-        .ok_or_else(|| format!("--upstream {flag:?}: expected NAME=URL"))?;
+pub fn parse_flag(flag: &str) -> Result<UpstreamConfig, ConfigError> {
+    let (head, url) = flag.split_once('=').ok_or_else(|| ConfigError::Flag {
+        flag: flag.to_owned(),
+    })?;
     let mut parts = head.split('@');
     let name = parts.next().unwrap_or_default();
     let mut config = UpstreamConfig::new(name, url);
@@ -156,17 +291,23 @@ pub fn parse_flag(flag: &str) -> Result<UpstreamConfig, String> {
 }
 
 /// Parses an upstreams file (`origin` names it in errors).
-pub fn parse_file(text: &str, origin: &Path) -> Result<Vec<UpstreamConfig>, String> {
-    let at = origin.display();
-    let docs = crate::manifest::parse_documents(text).map_err(|e| format!("{at}: {e}"))?;
+pub fn parse_file(text: &str, origin: &Path) -> Result<Vec<UpstreamConfig>, ConfigError> {
+    file_upstreams(text).map_err(|problem| ConfigError::File {
+        path: origin.to_owned(),
+        problem,
+    })
+}
+
+fn file_upstreams(text: &str) -> Result<Vec<UpstreamConfig>, FileProblem> {
+    let docs = crate::manifest::parse_documents(text)?;
     let doc = match docs.as_slice() {
         [] => return Ok(Vec::new()),
         [one] => one.clone(),
-        _ => return Err(format!("{at}: expected one document")),
+        _ => return Err(FileProblem::Documents),
     };
-    let file: File = serde_json::from_value(doc).map_err(|e| format!("{at}: {e}"))?;
+    let file: File = serde_json::from_value(doc)?;
     for u in &file.upstreams {
-        u.check().map_err(|e| format!("{at}: {e}"))?;
+        u.check()?;
     }
     Ok(file.upstreams)
 }
@@ -175,11 +316,11 @@ pub fn parse_file(text: &str, origin: &Path) -> Result<Vec<UpstreamConfig>, Stri
 pub fn merge(
     flags: &[UpstreamConfig],
     file: Vec<UpstreamConfig>,
-) -> Result<Vec<UpstreamConfig>, String> {
+) -> Result<Vec<UpstreamConfig>, ConfigError> {
     let mut all: Vec<UpstreamConfig> = flags.to_vec();
     for u in file {
         if all.iter().any(|a| a.name == u.name) {
-            return Err(format!("upstream {:?} is named twice", u.name));
+            return Err(ConfigError::Twice { name: u.name });
         }
         all.push(u);
     }
@@ -196,8 +337,11 @@ pub struct Loaded {
 }
 
 /// Reads and parses an upstreams file, merged with the flags' upstreams.
-pub fn load(path: &Path, flags: &[UpstreamConfig]) -> Result<Loaded, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("--upstreams {}: {e}", path.display()))?;
+pub fn load(path: &Path, flags: &[UpstreamConfig]) -> Result<Loaded, ConfigError> {
+    let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
     let upstreams = parsed(&bytes, path, flags)?;
     Ok(Loaded { bytes, upstreams })
 }
@@ -206,8 +350,11 @@ fn parsed(
     bytes: &[u8],
     path: &Path,
     flags: &[UpstreamConfig],
-) -> Result<Vec<UpstreamConfig>, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8", path.display()))?;
+) -> Result<Vec<UpstreamConfig>, ConfigError> {
+    let text = std::str::from_utf8(bytes).map_err(|_| ConfigError::File {
+        path: path.to_owned(),
+        problem: FileProblem::NotUtf8,
+    })?;
     merge(flags, parse_file(text, path)?)
 }
 
@@ -287,7 +434,11 @@ mod tests {
         assert_eq!(all[1].token_file, None);
         let flags = [UpstreamConfig::new("eu", "http://x:1")];
         let e = merge(&flags, all).unwrap_err();
-        assert!(e.contains("named twice"), "{e}");
+        assert!(
+            matches!(&e, ConfigError::Twice { name } if name == "eu"),
+            "{e}"
+        );
+        assert_eq!(e.to_string(), r#"upstream "eu" is named twice"#);
         for (bad, says) in [
             (
                 "upstreams:\n  - name: eu\n    url: http://a:1\n    token: x\n",
@@ -300,9 +451,36 @@ mod tests {
             ),
             ("upstreams: [1]\n", "u.yaml"),
         ] {
-            let e = parse_file(bad, Path::new("u.yaml")).unwrap_err();
-            assert!(e.contains(says), "{e}");
+            let e = parse_file(bad, Path::new("u.yaml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says) && e.starts_with("u.yaml: "), "{e}");
         }
         assert!(parse_file("", Path::new("u.yaml")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_upstream_and_the_field() {
+        let e = parse_flag("eu=ftp://a:1").unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Upstream(UpstreamError::Scheme { .. })),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "upstream eu: url \"ftp://a:1\" must start with http:// or https://"
+        );
+        let e = parse_flag("eu").unwrap_err();
+        assert_eq!(e.to_string(), "--upstream \"eu\": expected NAME=URL");
+        let Err(e) = load(Path::new("/nonexistent/upstreams.yaml"), &[]) else {
+            panic!("a missing file loads");
+        };
+        assert!(
+            e.to_string()
+                .starts_with("--upstreams /nonexistent/upstreams.yaml: "),
+            "{e}"
+        );
+        let e = parse_file("a: 1\n---\nb: 2\n", Path::new("u.yaml")).unwrap_err();
+        assert_eq!(e.to_string(), "u.yaml: expected one document");
     }
 }

@@ -20,6 +20,7 @@
 //! others are untouched. An upstream speaks only for its own cluster name (and the
 //! `clusters` it is configured with): graphs naming another cluster are refused.
 
+mod breach;
 pub mod config;
 mod cost;
 mod lookup;
@@ -365,7 +366,7 @@ impl Aggregator {
     /// Applies live changes from `up` (the last change of each workload): all of them, or
     /// none when they would make `up` hold more workloads or bytes than its limits allow
     /// (the error says which).
-    fn apply(&self, up: &Arc<Upstream>, changes: Vec<Incoming>) -> Result<(), String> {
+    fn apply(&self, up: &Arc<Upstream>, changes: Vec<Incoming>) -> Result<(), breach::Breach> {
         if changes.is_empty() {
             return Ok(());
         }
@@ -398,16 +399,14 @@ impl Aggregator {
             }
         }
         if workloads > limits.max_workloads {
-            return Err(format!(
-                "it would hold more than {} workloads (--upstream-max-workloads)",
-                limits.max_workloads
-            ));
+            return Err(breach::Breach::Workloads {
+                max: limits.max_workloads,
+            });
         }
         if bytes > limits.max_bytes {
-            return Err(format!(
-                "it would hold more than {} bytes of graphs (--upstream-max-bytes)",
-                limits.max_bytes
-            ));
+            return Err(breach::Breach::Bytes {
+                max: limits.max_bytes,
+            });
         }
         self.publish(up, updates, gone);
         Ok(())

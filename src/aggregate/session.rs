@@ -3,6 +3,7 @@
 //! applied live, and the revision it is current to advances only with what was applied.
 //! Any error is a reason to isolate the upstream (drop the connection, mark it stale).
 
+use super::breach::Breach;
 use super::wire::{RawWatchEvent, WorkloadRef};
 use super::{Aggregator, Limits, Upstream, cost};
 use crate::board::Published;
@@ -36,22 +37,20 @@ impl Snapshot {
         }
     }
 
-    fn insert(&mut self, uid: String, graph: Published, limits: &Limits) -> Result<(), String> {
+    fn insert(&mut self, uid: String, graph: Published, limits: &Limits) -> Result<(), Breach> {
         self.bytes = self.bytes.saturating_add(cost::held(&graph));
         if let Some(old) = self.graphs.insert(uid, graph) {
             self.bytes = self.bytes.saturating_sub(cost::held(&old));
         }
         if self.graphs.len() > limits.max_workloads {
-            return Err(format!(
-                "its snapshot holds more than {} workloads (--upstream-max-workloads)",
-                limits.max_workloads
-            ));
+            return Err(Breach::SnapshotWorkloads {
+                max: limits.max_workloads,
+            });
         }
         if self.bytes > limits.max_bytes {
-            return Err(format!(
-                "its snapshot holds more than {} bytes of graphs (--upstream-max-bytes)",
-                limits.max_bytes
-            ));
+            return Err(Breach::SnapshotBytes {
+                max: limits.max_bytes,
+            });
         }
         Ok(())
     }
@@ -71,14 +70,6 @@ pub(super) struct Session {
     pub(super) since: u64,
     /// It reached SYNCED.
     pub(super) synced: bool,
-}
-
-/// The reason of a snapshot that did not end in time.
-pub(super) fn snapshot_too_slow(limits: &Limits) -> String {
-    format!(
-        "its snapshot did not reach SYNCED within {:?} (--upstream-snapshot-timeout)",
-        limits.snapshot_timeout
-    )
 }
 
 impl Session {
@@ -104,7 +95,7 @@ impl Session {
         aggregator: &Arc<Aggregator>,
         up: &Arc<Upstream>,
         batch: Vec<RawWatchEvent>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Breach> {
         let mut live: Vec<Incoming> = Vec::new();
         let mut live_since = self.since;
         for event in batch {
@@ -120,7 +111,10 @@ impl Session {
                         continue;
                     };
                     if bytes.len() > self.limits.max_graph_bytes {
-                        return Err(too_large(bytes.len(), &self.limits));
+                        return Err(Breach::GraphBytes {
+                            bytes: bytes.len(),
+                            max: self.limits.max_graph_bytes,
+                        });
                     }
                     // Before decoding: what it would take decoded (element floods).
                     let room = self
@@ -128,11 +122,11 @@ impl Session {
                         .max_graph_bytes
                         .saturating_mul(cost::DECODED_PER_ENCODED);
                     if let Some(size) = cost::decoded(&bytes).filter(|s| *s > room) {
-                        return Err(format!(
-                            "it sent a graph that would take about {size} bytes decoded, more than {} ({}x --upstream-max-graph-bytes)",
+                        return Err(Breach::DecodedBytes {
+                            size,
                             room,
-                            cost::DECODED_PER_ENCODED
-                        ));
+                            factor: cost::DECODED_PER_ENCODED,
+                        });
                     }
                     let Some((uid, graph)) = received(aggregator, up, bytes) else {
                         continue;
@@ -174,7 +168,7 @@ impl Session {
                         Some(s) => aggregator.reconcile(up, s.graphs),
                         None => {
                             if !aggregator.clear_stale(up) {
-                                return Err("its workloads were dropped while resuming; resubscribing from a snapshot".to_owned());
+                                return Err(Breach::DroppedWhileResuming);
                             }
                         }
                     }
@@ -196,11 +190,13 @@ impl Session {
         revision: u64,
         live: &mut Vec<Incoming>,
         live_since: &mut u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), Breach> {
         match self.snapshot.as_mut() {
             Some(s) => {
                 if Instant::now() > s.deadline {
-                    return Err(snapshot_too_slow(&self.limits));
+                    return Err(Breach::SnapshotTimeout {
+                        timeout: self.limits.snapshot_timeout,
+                    });
                 }
                 match change {
                     Incoming::Upsert(uid, graph) => s.insert(uid, graph, &self.limits)?,
@@ -221,19 +217,11 @@ impl Session {
         up: &Arc<Upstream>,
         live: Vec<Incoming>,
         live_since: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), Breach> {
         aggregator.apply(up, live)?;
         self.since = live_since;
         Ok(())
     }
-}
-
-/// The reason of a graph over the size bound.
-pub(super) fn too_large(bytes: usize, limits: &Limits) -> String {
-    format!(
-        "it sent a graph of {bytes} bytes, more than {} (--upstream-max-graph-bytes)",
-        limits.max_graph_bytes
-    )
 }
 
 /// A received graph, decoded once for its summary; `None` (refused) when it does not decode.
@@ -730,7 +718,10 @@ mod tests {
                 )
             })
             .collect();
-        let e = session.events(&aggregator, up, many).unwrap_err();
+        let e = session
+            .events(&aggregator, up, many)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--upstream-max-workloads"), "{e}");
         assert_eq!(
             aggregator.board.len(),
@@ -749,7 +740,10 @@ mod tests {
             event(pb::EventType::Added, 4, Some(graph("u3", "a", "up", 1))),
             event(pb::EventType::Added, 5, Some(graph("u4", "a", "up", 1))),
         ];
-        let e = session.events(&aggregator, up, more).unwrap_err();
+        let e = session
+            .events(&aggregator, up, more)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--upstream-max-workloads"), "{e}");
         assert_eq!(aggregator.board.len(), 2, "the batch is not applied");
         assert_eq!(session.since, 3, "a resumed subscription replays it");
@@ -772,7 +766,8 @@ mod tests {
                     Some(big.encode_to_vec().into()),
                 )],
             )
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--upstream-max-graph-bytes"), "{e}");
         // A graph within the size bound that floods elements (each empty diagnostic is 2
         // bytes encoded and a struct decoded).
@@ -792,7 +787,8 @@ mod tests {
                 up,
                 vec![event(pb::EventType::Added, 6, Some(flood.into()))],
             )
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("decoded"), "{e}");
         assert_eq!(aggregator.board.len(), 2);
         // A snapshot that does not end in time.
@@ -812,7 +808,8 @@ mod tests {
                     Some(graph("u1", "a", "up", 1)),
                 )],
             )
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--upstream-snapshot-timeout"), "{e}");
         // Bytes: a snapshot over max_bytes.
         let small = Limits {
@@ -834,7 +831,8 @@ mod tests {
                     })
                     .collect(),
             )
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--upstream-max-bytes"), "{e}");
     }
 }

@@ -7,8 +7,9 @@
 //! [`super::session`]). When the stream fails, or the upstream breaks one of the
 //! [`Limits`], it marks the upstream stale (with the reason) and reconnects with backoff.
 
+use super::breach::{Breach, ConnectError};
 use super::config::UpstreamConfig;
-use super::session::{Session, snapshot_too_slow};
+use super::session::Session;
 use super::wire;
 use super::{Aggregator, Limits};
 use crate::proto::v1 as pb;
@@ -123,13 +124,20 @@ impl Upstream {
     async fn connect(
         &self,
         timeout: Duration,
-    ) -> Result<(Channel, Option<MetadataValue<Ascii>>), String> {
+    ) -> Result<(Channel, Option<MetadataValue<Ascii>>), ConnectError> {
         let c = &self.config;
-        let read = |what: &str, path: &std::path::Path| {
-            std::fs::read(path).map_err(|e| format!("{what} {}: {e}", path.display()))
+        let read = |field: &'static str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|source| ConnectError::Read {
+                field,
+                path: path.to_owned(),
+                source,
+            })
         };
         let mut endpoint = Endpoint::from_shared(c.url.clone())
-            .map_err(|e| format!("url {}: {e}", c.url))?
+            .map_err(|source| ConnectError::Url {
+                url: c.url.clone(),
+                source,
+            })?
             .connect_timeout(timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(30))
@@ -147,23 +155,16 @@ impl Upstream {
             if let Some(name) = &c.server_name {
                 tls = tls.domain_name(name.clone());
             }
-            endpoint = endpoint
-                .tls_config(tls)
-                .map_err(|e| format!("TLS settings: {e}"))?;
+            endpoint = endpoint.tls_config(tls).map_err(ConnectError::Tls)?;
         }
         let token = match &c.token_file {
             Some(path) => {
                 let text = String::from_utf8(read("tokenFile", path)?)
-                    .map_err(|_| format!("tokenFile {} is not UTF-8", path.display()))?;
+                    .map_err(|_| ConnectError::TokenNotUtf8(path.clone()))?;
                 Some(
                     format!("Bearer {}", text.trim())
                         .parse::<MetadataValue<Ascii>>()
-                        .map_err(|_| {
-                            format!(
-                                "tokenFile {} holds characters not allowed in gRPC metadata",
-                                path.display()
-                            )
-                        })?,
+                        .map_err(|_| ConnectError::TokenNotMetadata(path.clone()))?,
                 )
             }
             None => None,
@@ -171,25 +172,12 @@ impl Upstream {
         let channel = endpoint
             .connect()
             .await
-            .map_err(|e| format!("cannot connect to {}: {}", c.url, error_chain(&e)))?;
+            .map_err(|source| ConnectError::Connect {
+                url: c.url.clone(),
+                source,
+            })?;
         Ok((channel, token))
     }
-}
-
-/// An error with its sources, on one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        let part = s.to_string();
-        // Errors often repeat their source's text in their own.
-        if !text.ends_with(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        next = s.source();
-    }
-    text
 }
 
 /// How a subscription ended.
@@ -253,7 +241,7 @@ async fn follow(aggregator: &Arc<Aggregator>, upstream: &Arc<Upstream>, since: &
     let limits = aggregator.settings.limits;
     let (channel, token) = match upstream.connect(aggregator.settings.connect_timeout).await {
         Ok(c) => c,
-        Err(e) => return lost(e, false),
+        Err(e) => return lost(e.to_string(), false),
     };
     let request = pb::WatchRequest {
         since_revision: *since,
@@ -279,7 +267,10 @@ async fn follow(aggregator: &Arc<Aggregator>, upstream: &Arc<Upstream>, since: &
             Some(deadline) => {
                 match tokio::time::timeout_at(deadline.into(), stream.message()).await {
                     Ok(next) => next,
-                    Err(_) => return lost(snapshot_too_slow(&limits), false),
+                    Err(_) => {
+                        let timeout = limits.snapshot_timeout;
+                        return lost(Breach::SnapshotTimeout { timeout }.to_string(), false);
+                    }
                 }
             }
             None => stream.message().await,
@@ -320,7 +311,7 @@ async fn follow(aggregator: &Arc<Aggregator>, upstream: &Arc<Upstream>, since: &
         *since = session.since;
         if let Err(reason) = applied {
             tracing::debug!(upstream = %upstream.name(), %reason, "upstream isolated: it broke a bound");
-            return lost(reason, false);
+            return lost(reason.to_string(), false);
         }
         if let Some(reason) = end {
             return lost(reason, session.synced);

@@ -27,7 +27,7 @@ impl Selector {
 
 impl Filter {
     /// Checks the selector syntax (see [`super::selector::parse`]).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), super::selector::SelectorError> {
         super::selector::parse(&self.label_selector).map(|_| ())
     }
 

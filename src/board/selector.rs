@@ -67,24 +67,124 @@ pub enum Operator {
     LessThan,
 }
 
+/// Why a label selector was refused (messages quote at most a bounded part of it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// Longer than [`MAX_SELECTOR_BYTES`].
+    #[error("label_selector is {0} bytes; at most {MAX_SELECTOR_BYTES} are accepted")]
+    TooLong(usize),
+    /// Not a valid selector.
+    #[error("label_selector {:?} is not a valid Kubernetes label selector: {syntax}", echo(.selector))]
+    Invalid {
+        /// The selector.
+        selector: String,
+        /// What is wrong in it.
+        #[source]
+        syntax: SyntaxError,
+    },
+}
+
+/// What is wrong in a label selector.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SyntaxError {
+    /// More than [`MAX_REQUIREMENTS`] requirements.
+    #[error("more than {MAX_REQUIREMENTS} requirements; at most {MAX_REQUIREMENTS} are accepted")]
+    TooManyRequirements,
+    /// A token where another was expected.
+    #[error("found '{}', expected: {expected}", echo(.found))]
+    Unexpected {
+        /// The token's text.
+        found: String,
+        /// What was expected there.
+        expected: &'static str,
+    },
+    /// A key that is not a label key.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// A value that is not a label value.
+    #[error("invalid label value {:?} for key {:?}: {rule}", echo(.value), echo(.key))]
+    Value {
+        /// The value.
+        value: String,
+        /// Its key.
+        key: String,
+        /// The rule it breaks.
+        rule: ValueRule,
+    },
+    /// A non-integer value of `gt` or `lt`.
+    #[error("for 'gt', 'lt' operators the value must be an integer (key {:?})", echo(.key))]
+    NotAnInteger {
+        /// The key.
+        key: String,
+    },
+}
+
+/// A string that is not a Kubernetes label key (`IsQualifiedName`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid label key {:?}: {rule}", echo(.key))]
+pub struct KeyError {
+    /// The key.
+    pub key: String,
+    /// The rule it breaks.
+    pub rule: KeyRule,
+}
+
+/// A rule of label keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KeyRule {
+    /// More than one `/`.
+    #[error("a key is an optional DNS subdomain prefix, '/' and a name")]
+    Shape,
+    /// `/name`.
+    #[error("the prefix part must not be empty")]
+    EmptyPrefix,
+    /// A prefix over 253 characters.
+    #[error("the prefix part must be no more than 253 characters")]
+    LongPrefix,
+    /// A prefix that is not a DNS-1123 subdomain.
+    #[error(
+        "the prefix part must be a DNS-1123 subdomain (lower case alphanumeric characters, '-' or '.', starting and ending alphanumeric)"
+    )]
+    PrefixNotSubdomain,
+    /// No name part.
+    #[error("the name part must not be empty")]
+    EmptyName,
+    /// A name part over 63 characters.
+    #[error("the name part must be no more than 63 characters")]
+    LongName,
+    /// A name part of other characters.
+    #[error(
+        "the name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+    )]
+    NameCharacters,
+}
+
+/// A rule of label values (`IsValidLabelValue`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ValueRule {
+    /// Over 63 characters.
+    #[error("must be no more than 63 characters")]
+    TooLong,
+    /// Other characters.
+    #[error(
+        "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+    )]
+    Characters,
+}
+
 /// Parses a selector; an error says what is wrong (quoting at most a bounded part of it).
-pub fn parse(selector: &str) -> Result<Selector, String> {
+pub fn parse(selector: &str) -> Result<Selector, SelectorError> {
     if selector.len() > MAX_SELECTOR_BYTES {
-        return Err(format!(
-            "label_selector is {} bytes; at most {MAX_SELECTOR_BYTES} are accepted",
-            selector.len()
-        ));
+        return Err(SelectorError::TooLong(selector.len()));
     }
     let tokens = lex(selector);
     let mut parser = Parser {
         tokens: &tokens,
         at: 0,
     };
-    let mut requirements = parser.selector().map_err(|e| {
-        format!(
-            "label_selector {:?} is not a valid Kubernetes label selector: {e}",
-            echo(selector)
-        )
+    let mut requirements = parser.selector().map_err(|syntax| SelectorError::Invalid {
+        selector: selector.to_owned(),
+        syntax,
     })?;
     requirements.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(Selector { requirements })
@@ -290,16 +390,14 @@ impl<'a> Parser<'a> {
         t
     }
 
-    fn selector(&mut self) -> Result<Vec<Requirement>, String> {
+    fn selector(&mut self) -> Result<Vec<Requirement>, SyntaxError> {
         let mut requirements = Vec::new();
         loop {
             let (token, text) = self.peek(Context::Values);
             match token {
                 Token::Identifier | Token::Not => {
                     if requirements.len() == MAX_REQUIREMENTS {
-                        return Err(format!(
-                            "more than {MAX_REQUIREMENTS} requirements; at most {MAX_REQUIREMENTS} are accepted"
-                        ));
+                        return Err(SyntaxError::TooManyRequirements);
                     }
                     requirements.push(self.requirement()?);
                     let (token, text) = self.next(Context::Values);
@@ -320,7 +418,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn requirement(&mut self) -> Result<Requirement, String> {
+    fn requirement(&mut self) -> Result<Requirement, SyntaxError> {
         let (mut token, mut text) = self.next(Context::Values);
         let negated = token == Token::Not;
         if negated {
@@ -359,16 +457,13 @@ impl<'a> Parser<'a> {
         if matches!(op, Operator::GreaterThan | Operator::LessThan)
             && values.iter().any(|v| v.parse::<i64>().is_err())
         {
-            return Err(format!(
-                "for 'gt', 'lt' operators the value must be an integer (key {:?})",
-                echo(&key)
-            ));
+            return Err(SyntaxError::NotAnInteger { key });
         }
         Ok(Requirement::new(key, op, values))
     }
 
     /// `( v1, v2, … )`: empty entries stand for the empty value, as in Kubernetes.
-    fn value_set(&mut self) -> Result<Vec<String>, String> {
+    fn value_set(&mut self) -> Result<Vec<String>, SyntaxError> {
         let (token, text) = self.next(Context::Values);
         if token != Token::OpenPar {
             return Err(found(text, "'('"));
@@ -391,7 +486,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn identifiers(&mut self) -> Result<Vec<String>, String> {
+    fn identifiers(&mut self) -> Result<Vec<String>, SyntaxError> {
         let mut values: Vec<String> = Vec::new();
         loop {
             let (token, text) = self.next(Context::Values);
@@ -427,7 +522,7 @@ impl<'a> Parser<'a> {
     }
 
     /// The value after `=`, `==`, `!=`, `>` or `<`; nothing (end or `,`) is the empty value.
-    fn exact_value(&mut self) -> Result<String, String> {
+    fn exact_value(&mut self) -> Result<String, SyntaxError> {
         let (token, _) = self.peek(Context::Values);
         if token == Token::End || token == Token::Comma {
             return Ok(String::new());
@@ -447,8 +542,11 @@ impl Requirement {
     }
 }
 
-fn found(text: &str, expected: &str) -> String {
-    format!("found '{}', expected: {expected}", echo(text))
+fn found(text: &str, expected: &'static str) -> SyntaxError {
+    SyntaxError::Unexpected {
+        found: text.to_owned(),
+        expected,
+    }
 }
 
 /// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`: a label value or the name part of a key.
@@ -477,58 +575,57 @@ pub fn is_dns1123_label_chars(s: &str) -> bool {
 }
 
 /// Kubernetes' `IsQualifiedName`, as a label key.
-pub fn validate_key(key: &str) -> Result<(), String> {
-    let bad = |why: &str| Err(format!("invalid label key {:?}: {why}", echo(key)));
+pub fn validate_key(key: &str) -> Result<(), KeyError> {
+    let bad = |rule: KeyRule| {
+        Err(KeyError {
+            key: key.to_owned(),
+            rule,
+        })
+    };
     let name = match key.split_once('/') {
         None => key,
         Some((_, name)) if name.contains('/') => {
-            return bad("a key is an optional DNS subdomain prefix, '/' and a name");
+            return bad(KeyRule::Shape);
         }
         Some((prefix, name)) => {
             if prefix.is_empty() {
-                return bad("the prefix part must not be empty");
+                return bad(KeyRule::EmptyPrefix);
             }
             if prefix.len() > PREFIX_MAX {
-                return bad("the prefix part must be no more than 253 characters");
+                return bad(KeyRule::LongPrefix);
             }
             if !is_dns1123_subdomain(prefix) {
-                return bad(
-                    "the prefix part must be a DNS-1123 subdomain (lower case alphanumeric characters, '-' or '.', starting and ending alphanumeric)",
-                );
+                return bad(KeyRule::PrefixNotSubdomain);
             }
             name
         }
     };
     if name.is_empty() {
-        return bad("the name part must not be empty");
+        return bad(KeyRule::EmptyName);
     }
     if name.len() > NAME_MAX {
-        return bad("the name part must be no more than 63 characters");
+        return bad(KeyRule::LongName);
     }
     if !is_qualified_name_part(name) {
-        return bad(
-            "the name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
-        );
+        return bad(KeyRule::NameCharacters);
     }
     Ok(())
 }
 
 /// Kubernetes' `IsValidLabelValue`.
-fn validate_value(key: &str, value: &str) -> Result<(), String> {
-    let bad = |why: &str| {
-        Err(format!(
-            "invalid label value {:?} for key {:?}: {why}",
-            echo(value),
-            echo(key)
-        ))
+fn validate_value(key: &str, value: &str) -> Result<(), SyntaxError> {
+    let bad = |rule: ValueRule| {
+        Err(SyntaxError::Value {
+            value: value.to_owned(),
+            key: key.to_owned(),
+            rule,
+        })
     };
     if value.len() > NAME_MAX {
-        return bad("must be no more than 63 characters");
+        return bad(ValueRule::TooLong);
     }
     if !value.is_empty() && !is_qualified_name_part(value) {
-        return bad(
-            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
-        );
+        return bad(ValueRule::Characters);
     }
     Ok(())
 }
@@ -731,16 +828,41 @@ mod tests {
             "ünïcode",
         ] {
             let e = parse(bad).expect_err(bad);
-            assert!(e.contains("invalid label key"), "{bad:?}: {e}");
+            assert!(
+                matches!(
+                    &e,
+                    SelectorError::Invalid {
+                        syntax: SyntaxError::Key(_),
+                        ..
+                    }
+                ),
+                "{bad:?}: {e:?}"
+            );
+            assert!(e.to_string().contains("invalid label key"), "{bad:?}: {e}");
         }
         assert!(parse("A_b.c-D").is_ok(), "mixed case, '_', '.', '-' inside");
         // Values: at most 63 characters of the same set, or empty.
         assert!(parse(&format!("a={}", "v".repeat(63))).is_ok());
-        let e = parse(&format!("a={}", "v".repeat(64))).unwrap_err();
+        let e = parse(&format!("a={}", "v".repeat(64)))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no more than 63"), "{e}");
         for bad in ["a=-v", "a=v-", "a in (ok,-bad)", "a=v/w", "a=ü"] {
             let e = parse(bad).expect_err(bad);
-            assert!(e.contains("invalid label value"), "{bad:?}: {e}");
+            assert!(
+                matches!(
+                    &e,
+                    SelectorError::Invalid {
+                        syntax: SyntaxError::Value { .. },
+                        ..
+                    }
+                ),
+                "{bad:?}: {e:?}"
+            );
+            assert!(
+                e.to_string().contains("invalid label value"),
+                "{bad:?}: {e}"
+            );
         }
     }
 
@@ -793,7 +915,7 @@ mod tests {
     #[test]
     fn limits_are_checked_before_parsing() {
         let huge = "a".repeat(1 << 20);
-        let e = parse(&huge).unwrap_err();
+        let e = parse(&huge).unwrap_err().to_string();
         assert!(e.contains("1048576 bytes"), "{e}");
         assert!(
             e.len() < 200,
@@ -801,14 +923,22 @@ mod tests {
         );
         let just = format!("a={}", "b".repeat(MAX_SELECTOR_BYTES - 2));
         assert!(
-            parse(&just).unwrap_err().contains("no more than 63"),
+            parse(&just)
+                .unwrap_err()
+                .to_string()
+                .contains("no more than 63"),
             "4096 bytes are parsed"
         );
         let many = (0..=MAX_REQUIREMENTS)
             .map(|i| format!("k{i}"))
             .collect::<Vec<_>>()
             .join(",");
-        assert!(parse(&many).unwrap_err().contains("requirements"));
+        assert!(
+            parse(&many)
+                .unwrap_err()
+                .to_string()
+                .contains("requirements")
+        );
         let enough = (0..MAX_REQUIREMENTS)
             .map(|i| format!("k{i}"))
             .collect::<Vec<_>>()
@@ -819,8 +949,32 @@ mod tests {
     #[test]
     fn errors_quote_a_bounded_part_of_the_selector() {
         let long_value = format!("a={}", "v".repeat(3000));
-        let e = parse(&long_value).unwrap_err();
+        let e = parse(&long_value).unwrap_err().to_string();
         assert!(e.len() < 1000, "{} bytes: {e}", e.len());
         assert!(e.contains("(3002 bytes)"), "{e}");
+    }
+
+    #[test]
+    fn error_messages_quote_a_bounded_part_of_the_input() {
+        let e = parse("a in b").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "label_selector \"a in b\" is not a valid Kubernetes label selector: found 'b', expected: '('"
+        );
+        let e = parse("a/b/c").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "label_selector \"a/b/c\" is not a valid Kubernetes label selector: invalid label key \"a/b/c\": a key is an optional DNS subdomain prefix, '/' and a name"
+        );
+        let e = parse("a>x").unwrap_err();
+        assert!(
+            matches!(&e, SelectorError::Invalid { syntax: SyntaxError::NotAnInteger { key }, .. } if key == "a"),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .ends_with("for 'gt', 'lt' operators the value must be an integer (key \"a\")"),
+            "{e}"
+        );
     }
 }

@@ -33,22 +33,75 @@ pub struct AssignPath(Vec<Segment>);
 /// Most locations one expression may yield.
 pub const MAX_LOCATIONS: usize = 4096;
 
+/// An expression that is not a plain path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{expression}` is not a plain path expression: {problem}")]
+pub struct AssignPathError {
+    /// The expression.
+    pub expression: String,
+    /// What is not a plain path in it.
+    pub problem: NotPlain,
+}
+
+/// What makes an expression no plain path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotPlain {
+    /// It does not start with `.`.
+    #[error("it must start with `.`")]
+    NoLeadingDot,
+    /// A string without its closing quote.
+    #[error("unterminated string")]
+    UnterminatedString,
+    /// `.` alone.
+    #[error("`.` alone is the whole object")]
+    WholeObject,
+    /// `.` followed by no name.
+    #[error("a name must follow `.`")]
+    NoName,
+    /// `[` without `]`.
+    #[error("unclosed `[`")]
+    UnclosedBracket,
+    /// `["key"` followed by something else than `]`.
+    #[error("expected `]` after the key")]
+    NoBracketAfterKey,
+    /// Something else than a key, an index or nothing in brackets.
+    #[error("only `[]`, `[N]` and `[\"key\"]` are allowed")]
+    Bracket,
+    /// Another segment.
+    #[error("only `.name`, `[N]`, `[]` and `[\"key\"]` segments are allowed")]
+    Segment,
+}
+
+/// Why a path expression yields no locations on a document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LocationError {
+    /// `[]` (not `[]?`) on a value that is not an array.
+    #[error("`[]` on a value that is not an array")]
+    NotAnArray,
+    /// More than [`MAX_LOCATIONS`] locations.
+    #[error("more than {MAX_LOCATIONS} locations")]
+    TooMany,
+}
+
 impl AssignPath {
     /// Parses `source`; the error says what is not a plain path.
-    pub fn parse(source: &str) -> Result<AssignPath, String> {
+    pub fn parse(source: &str) -> Result<AssignPath, AssignPathError> {
         let s = source.trim();
         let bytes = s.as_bytes();
         let mut i = 0;
         let mut out = Vec::new();
-        let fail = |what: &str| format!("`{source}` is not a plain path expression: {what}");
+        let fail = |problem: NotPlain| AssignPathError {
+            expression: source.to_owned(),
+            problem,
+        };
         if !s.starts_with('.') {
-            return Err(fail("it must start with `.`"));
+            return Err(fail(NotPlain::NoLeadingDot));
         }
         while i < bytes.len() {
             match bytes[i] {
                 b'.' if bytes.get(i + 1) == Some(&b'"') => {
                     let (key, next) =
-                        quoted(s, i + 1).ok_or_else(|| fail("unterminated string"))?;
+                        quoted(s, i + 1).ok_or_else(|| fail(NotPlain::UnterminatedString))?;
                     out.push(Segment::Key(key));
                     i = next;
                 }
@@ -63,9 +116,9 @@ impl AssignPath {
                     }
                     if end == start {
                         if bytes.len() == 1 {
-                            return Err(fail("`.` alone is the whole object"));
+                            return Err(fail(NotPlain::WholeObject));
                         }
-                        return Err(fail("a name must follow `.`"));
+                        return Err(fail(NotPlain::NoName));
                     }
                     out.push(Segment::Key(s[start..end].to_owned()));
                     i = end;
@@ -74,7 +127,7 @@ impl AssignPath {
                     let close = s[i..]
                         .find(']')
                         .map(|p| i + p)
-                        .ok_or_else(|| fail("unclosed `[`"))?;
+                        .ok_or_else(|| fail(NotPlain::UnclosedBracket))?;
                     let inner = s[i + 1..close].trim();
                     let mut next = close + 1;
                     if inner.is_empty() {
@@ -88,25 +141,23 @@ impl AssignPath {
                             s,
                             i + 1 + (s[i + 1..].len() - s[i + 1..].trim_start().len()),
                         )
-                        .ok_or_else(|| fail("unterminated string"))?;
+                        .ok_or_else(|| fail(NotPlain::UnterminatedString))?;
                         if s[end..].trim_start().as_bytes().first() != Some(&b']') {
-                            return Err(fail("expected `]` after the key"));
+                            return Err(fail(NotPlain::NoBracketAfterKey));
                         }
                         out.push(Segment::Key(key));
                         next = s[end..].find(']').map_or(close + 1, |p| end + p + 1);
                     } else {
                         let n = inner
                             .parse::<usize>()
-                            .map_err(|_| fail("only `[]`, `[N]` and `[\"key\"]` are allowed"))?;
+                            .map_err(|_| fail(NotPlain::Bracket))?;
                         out.push(Segment::Index(n));
                     }
                     i = next;
                 }
                 b'?' => i += 1,
                 _ => {
-                    return Err(fail(
-                        "only `.name`, `[N]`, `[]` and `[\"key\"]` segments are allowed",
-                    ));
+                    return Err(fail(NotPlain::Segment));
                 }
             }
         }
@@ -116,7 +167,7 @@ impl AssignPath {
     /// Every location the expression yields on `doc`, at most [`MAX_LOCATIONS`]. A missing
     /// member is still a location (it can be added); `[]` on an absent value yields nothing;
     /// `[]` on anything else that is not an array is an error unless `[]?`.
-    pub fn locations(&self, doc: &Json) -> Result<Vec<Vec<Step>>, String> {
+    pub fn locations(&self, doc: &Json) -> Result<Vec<Vec<Step>>, LocationError> {
         let mut current: Vec<(Vec<Step>, Option<&Json>)> = vec![(Vec::new(), Some(doc))];
         for seg in &self.0 {
             let mut next = Vec::new();
@@ -142,11 +193,11 @@ impl AssignPath {
                         }
                         None | Some(Json::Null) => {}
                         Some(_) if *optional => {}
-                        Some(_) => return Err("`[]` on a value that is not an array".to_owned()),
+                        Some(_) => return Err(LocationError::NotAnArray),
                     },
                 }
                 if next.len() > MAX_LOCATIONS {
-                    return Err(format!("more than {MAX_LOCATIONS} locations"));
+                    return Err(LocationError::TooMany);
                 }
             }
             current = next;
@@ -234,6 +285,6 @@ mod tests {
         let row: Vec<u8> = vec![0; 100];
         let doc = json!({"a": vec![row; 100]});
         let p = AssignPath::parse(".a[][]").unwrap();
-        assert!(p.locations(&doc).unwrap_err().contains("more than"));
+        assert_eq!(p.locations(&doc).unwrap_err(), LocationError::TooMany);
     }
 }

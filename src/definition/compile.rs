@@ -495,7 +495,7 @@ fn compile_component(
         if let Some(source) = &ext.replicas_assign_path
             && let Err(e) = super::assign::AssignPath::parse(source)
         {
-            cx.error(&format!("{ip}.replicasAssignPath"), e);
+            cx.error(&format!("{ip}.replicasAssignPath"), e.to_string());
         }
     }
     if let Some(suspend) = &c.suspend_definition {

@@ -20,7 +20,12 @@ pub struct Parsed {
 pub fn parse_text(text: &str, source: &str) -> (Vec<Parsed>, Vec<DefinitionError>) {
     let documents = match manifest::parse_documents(text) {
         Ok(docs) => docs,
-        Err(e) => return (Vec::new(), vec![DefinitionError::new(source, "", None, e)]),
+        Err(e) => {
+            return (
+                Vec::new(),
+                vec![DefinitionError::new(source, "", None, e.to_string())],
+            );
+        }
     };
     let mut parsed = Vec::new();
     let mut errors = Vec::new();

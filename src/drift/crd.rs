@@ -36,17 +36,34 @@ pub struct Crd {
     pub versions: Vec<CrdVersion>,
 }
 
+/// Why a CustomResourceDefinition cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CrdError {
+    /// No `spec.group` or no `spec.names.kind`.
+    #[error("CRD `{name}` has no spec.group or spec.names.kind")]
+    NoGroupOrKind {
+        /// `metadata.name`.
+        name: String,
+    },
+    /// Neither `spec.versions` nor `spec.version`.
+    #[error("CRD `{name}` has no versions")]
+    NoVersions {
+        /// `metadata.name`.
+        name: String,
+    },
+}
+
 impl Crd {
     /// Reads a CRD object (`apiextensions.k8s.io/v1`, or the older `v1beta1` with one schema
     /// for every version). `None` when `doc` is not a CRD.
-    pub fn from_json(doc: &Json, source: &str) -> Option<Result<Crd, String>> {
+    pub fn from_json(doc: &Json, source: &str) -> Option<Result<Crd, CrdError>> {
         if doc.get("kind").and_then(Json::as_str) != Some("CustomResourceDefinition") {
             return None;
         }
         Some(Crd::parse(doc, source))
     }
 
-    fn parse(doc: &Json, source: &str) -> Result<Crd, String> {
+    fn parse(doc: &Json, source: &str) -> Result<Crd, CrdError> {
         let text = |p: &str| {
             doc.pointer(p)
                 .and_then(Json::as_str)
@@ -56,7 +73,7 @@ impl Crd {
         let name = text("/metadata/name");
         let (group, kind) = (text("/spec/group"), text("/spec/names/kind"));
         if group.is_empty() || kind.is_empty() {
-            return Err(format!("CRD `{name}` has no spec.group or spec.names.kind"));
+            return Err(CrdError::NoGroupOrKind { name });
         }
         let shared = doc.pointer("/spec/validation/openAPIV3Schema").cloned();
         let mut versions: Vec<CrdVersion> = Vec::new();
@@ -85,7 +102,7 @@ impl Crd {
         if versions.is_empty() {
             let v = text("/spec/version");
             if v.is_empty() {
-                return Err(format!("CRD `{name}` has no versions"));
+                return Err(CrdError::NoVersions { name });
             }
             versions.push(CrdVersion {
                 name: v,
@@ -183,10 +200,14 @@ pub fn load_path(path: &Path) -> (Vec<Crd>, Vec<String>) {
     }
     for (file, _) in walk.files {
         let source = file.display().to_string();
-        let docs = folder::read_text(&file)
-            .map_err(|e| format!("cannot read: {e}"))
-            .and_then(|text| crate::manifest::parse_documents(&text));
-        match docs {
+        let text = match folder::read_text(&file) {
+            Ok(text) => text,
+            Err(e) => {
+                errors.push(format!("{source}: cannot read: {e}"));
+                continue;
+            }
+        };
+        match crate::manifest::parse_documents(&text) {
             Ok(docs) => {
                 let before = crds.len();
                 for doc in &docs {

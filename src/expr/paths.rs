@@ -163,16 +163,25 @@ pub struct Analysis {
     pub unchecked: Vec<String>,
 }
 
+/// Why an expression cannot be analysed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AnalyseError {
+    /// The lexer refuses it.
+    #[error("cannot be lexed")]
+    Lex,
+    /// The parser refuses it.
+    #[error("cannot be parsed")]
+    Parse,
+}
+
 /// Parses `source` and extracts what it reads. `globals` are the global variables the
 /// expression may use; each of `objects` (a subset, e.g. `$pod`) stands for an object whose
 /// fields are tracked like the input's.
-pub fn analyse(source: &str, globals: &[&str], objects: &[&str]) -> Result<Analysis, String> {
-    let tokens = Lexer::new(source)
-        .lex()
-        .map_err(|_| "cannot be lexed".to_owned())?;
+pub fn analyse(source: &str, globals: &[&str], objects: &[&str]) -> Result<Analysis, AnalyseError> {
+    let tokens = Lexer::new(source).lex().map_err(|_| AnalyseError::Lex)?;
     let term = Parser::new(&tokens)
         .parse(|p| p.term())
-        .map_err(|_| "cannot be parsed".to_owned())?;
+        .map_err(|_| AnalyseError::Parse)?;
     Ok(analyse_term(&term, globals, objects))
 }
 

@@ -9,7 +9,7 @@
 //! their object), with `-<gang>` when the workload has several gangs.
 
 use super::names::dns_label;
-use super::{Rendered, Root};
+use super::{Rendered, Root, Rule};
 use crate::model::resources::{format_quantity, parse_quantity};
 use crate::proto::v1 as pb;
 use serde_json::{Map, Value, json};
@@ -35,17 +35,17 @@ pub(super) fn render(
     root: &Root,
     workload: &pb::Workload,
     groups: &[pb::GangGroup],
-) -> Result<Rendered, String> {
+) -> Result<Rendered, Rule> {
     let mut out = Rendered::default();
     let per_pod = per_pod_requests(workload);
     for (i, g) in groups.iter().enumerate() {
         out.paths.push(vec![i]);
         let name = name(root, groups, g);
         if i32::try_from(g.min_member).is_err() {
-            return Err(format!(
-                "gang {} wants {} pods, beyond int32",
-                g.name, g.min_member
-            ));
+            return Err(Rule::PodsBeyondInt32 {
+                gang: g.name.clone(),
+                pods: g.min_member,
+            });
         }
         let mut spec = Map::new();
         spec.insert("minMember".into(), g.min_member.into());

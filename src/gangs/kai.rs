@@ -6,7 +6,7 @@
 //! children sets `minSubGroup`, a leaf `minMember`; children name their `parent`.
 
 use super::names::kai_pod_group_name;
-use super::{MAX_GROUPS, Rendered, Root};
+use super::{MAX_GROUPS, Rendered, Root, Rule};
 use crate::proto::v1 as pb;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -29,15 +29,18 @@ pub fn name(root: &Root, group: &pb::GangGroup) -> String {
 }
 
 /// Renders one PodGroup per top-level gang, each checked by the webhook's rules.
-pub(super) fn render(root: &Root, groups: &[pb::GangGroup]) -> Result<Rendered, String> {
+pub(super) fn render(root: &Root, groups: &[pb::GangGroup]) -> Result<Rendered, Rule> {
     let mut out = Rendered::default();
     for (i, g) in groups.iter().enumerate() {
         out.paths.push(vec![i]);
         let name = name(root, g);
         let spec = spec(g);
         let problems = validate_spec(&spec);
-        if let Some(p) = problems.first() {
-            return Err(format!("PodGroup {name}: {p}"));
+        if let Some(p) = problems.into_iter().next() {
+            return Err(Rule::PodGroup {
+                pod_group: name,
+                problem: p,
+            });
         }
         out.objects.push(json!({
             "apiVersion": API_VERSION,
@@ -103,8 +106,72 @@ pub struct SubGroup {
     pub parent: Option<String>,
 }
 
+/// A rule of KAI's PodGroup webhook that a PodGroup spec breaks (or kartograf's bound on it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    /// More subgroups than kartograf checks ([`MAX_GROUPS`]).
+    #[error("has {0} subgroups; kartograf checks at most {MAX_GROUPS}")]
+    TooManySubgroups(usize),
+    /// Both `minMember` and `minSubGroup` on the spec.
+    #[error(
+        "minMember and minSubGroup are mutually exclusive (minMember {min_member} and minSubGroup are both set)"
+    )]
+    BothMinimums {
+        /// The spec's `minMember`.
+        min_member: i64,
+    },
+    /// Two subgroups of one name.
+    #[error("duplicate subgroup name {0}")]
+    DuplicateSubgroup(String),
+    /// A subgroup's `parent` names no subgroup.
+    #[error("parent {parent} of {subgroup} was not found")]
+    ParentNotFound {
+        /// The missing parent.
+        parent: String,
+        /// The subgroup naming it.
+        subgroup: String,
+    },
+    /// Following parents comes back to a subgroup.
+    #[error("cycle detected in subgroups")]
+    Cycle,
+    /// The spec's `minSubGroup` exceeds its direct subgroups.
+    #[error("minSubGroup ({min_sub_group}) exceeds the number of direct child SubGroups ({roots})")]
+    MinSubGroupExceedsRoots {
+        /// The spec's `minSubGroup`.
+        min_sub_group: i64,
+        /// Its direct subgroups.
+        roots: usize,
+    },
+    /// Both `minMember` and `minSubGroup` on a subgroup.
+    #[error("subgroup {0:?}: minMember and minSubGroup are mutually exclusive")]
+    SubgroupBothMinimums(String),
+    /// `minSubGroup` on a leaf subgroup.
+    #[error("subgroup {0:?}: minSubGroup cannot be set on a leaf SubGroup (no child SubGroups)")]
+    LeafMinSubGroup(String),
+    /// A leaf subgroup without `minMember`.
+    #[error("subgroup {0}: minMember is required")]
+    LeafMinMemberMissing(String),
+    /// `minMember` on a subgroup with children.
+    #[error(
+        "subgroup {0:?}: minMember cannot be set on a mid-level SubGroup (has child SubGroups); use minSubGroup instead"
+    )]
+    MidLevelMinMember(String),
+    /// A subgroup's `minSubGroup` exceeds its children.
+    #[error(
+        "subgroup {subgroup:?}: minSubGroup ({min_sub_group}) exceeds the number of direct child SubGroups ({children})"
+    )]
+    MinSubGroupExceedsChildren {
+        /// The subgroup.
+        subgroup: String,
+        /// Its `minSubGroup`.
+        min_sub_group: i64,
+        /// Its children.
+        children: usize,
+    },
+}
+
 /// Reads `spec.subGroups` (at most [`MAX_GROUPS`]; more is an error).
-pub fn subgroups(spec: &Value) -> Result<Vec<SubGroup>, String> {
+pub fn subgroups(spec: &Value) -> Result<Vec<SubGroup>, Problem> {
     let Some(list) = spec.get("subGroups") else {
         return Ok(Vec::new());
     };
@@ -112,10 +179,7 @@ pub fn subgroups(spec: &Value) -> Result<Vec<SubGroup>, String> {
         return Ok(Vec::new());
     };
     if list.len() > MAX_GROUPS {
-        return Err(format!(
-            "has {} subgroups; kartograf checks at most {MAX_GROUPS}",
-            list.len()
-        ));
+        return Err(Problem::TooManySubgroups(list.len()));
     }
     Ok(list
         .iter()
@@ -134,13 +198,11 @@ pub fn subgroups(spec: &Value) -> Result<Vec<SubGroup>, String> {
 
 /// The webhook's rules on a PodGroup spec (create rules; every finding is listed, structural
 /// ones first). Linear in the number of subgroups, at most [`MAX_GROUPS`].
-pub fn validate_spec(spec: &Value) -> Vec<String> {
+pub fn validate_spec(spec: &Value) -> Vec<Problem> {
     let min_member = spec.get("minMember").and_then(Value::as_i64);
     let min_sub_group = spec.get("minSubGroup").and_then(Value::as_i64);
     if let (Some(m), Some(_)) = (min_member, min_sub_group) {
-        return vec![format!(
-            "minMember and minSubGroup are mutually exclusive (minMember {m} and minSubGroup are both set)"
-        )];
+        return vec![Problem::BothMinimums { min_member: m }];
     }
     let subs = match subgroups(spec) {
         Ok(s) => s,
@@ -149,7 +211,7 @@ pub fn validate_spec(spec: &Value) -> Vec<String> {
     let mut index: HashMap<&str, usize> = HashMap::with_capacity(subs.len());
     for (i, s) in subs.iter().enumerate() {
         if index.insert(s.name.as_str(), i).is_some() {
-            return vec![format!("duplicate subgroup name {}", s.name)];
+            return vec![Problem::DuplicateSubgroup(s.name.clone())];
         }
     }
     let mut parent_of = vec![None; subs.len()];
@@ -157,22 +219,26 @@ pub fn validate_spec(spec: &Value) -> Vec<String> {
     for (i, s) in subs.iter().enumerate() {
         if let Some(p) = &s.parent {
             let Some(&pi) = index.get(p.as_str()) else {
-                return vec![format!("parent {p} of {} was not found", s.name)];
+                return vec![Problem::ParentNotFound {
+                    parent: p.clone(),
+                    subgroup: s.name.clone(),
+                }];
             };
             parent_of[i] = Some(pi);
             children[pi] += 1;
         }
     }
     if has_cycle(&parent_of) {
-        return vec!["cycle detected in subgroups".into()];
+        return vec![Problem::Cycle];
     }
     let mut problems = Vec::new();
     if let Some(n) = min_sub_group {
         let roots = subs.iter().filter(|s| s.parent.is_none()).count();
         if n > roots as i64 {
-            problems.push(format!(
-                "minSubGroup ({n}) exceeds the number of direct child SubGroups ({roots})"
-            ));
+            problems.push(Problem::MinSubGroupExceedsRoots {
+                min_sub_group: n,
+                roots,
+            });
         }
     }
     let mut order: Vec<usize> = (0..subs.len()).collect();
@@ -180,30 +246,28 @@ pub fn validate_spec(spec: &Value) -> Vec<String> {
     for i in order {
         let s = &subs[i];
         if s.min_member.is_some() && s.min_sub_group.is_some() {
-            problems.push(format!(
-                "subgroup {:?}: minMember and minSubGroup are mutually exclusive",
-                s.name
-            ));
+            problems.push(Problem::SubgroupBothMinimums(s.name.clone()));
             continue;
         }
         if children[i] == 0 {
             if s.min_sub_group.is_some() {
-                problems.push(format!("subgroup {:?}: minSubGroup cannot be set on a leaf SubGroup (no child SubGroups)", s.name));
+                problems.push(Problem::LeafMinSubGroup(s.name.clone()));
             }
             if s.min_member.is_none() {
-                problems.push(format!("subgroup {}: minMember is required", s.name));
+                problems.push(Problem::LeafMinMemberMissing(s.name.clone()));
             }
         } else {
             if s.min_member.is_some() {
-                problems.push(format!("subgroup {:?}: minMember cannot be set on a mid-level SubGroup (has child SubGroups); use minSubGroup instead", s.name));
+                problems.push(Problem::MidLevelMinMember(s.name.clone()));
             }
             if let Some(n) = s.min_sub_group
                 && n > children[i] as i64
             {
-                problems.push(format!(
-                    "subgroup {:?}: minSubGroup ({n}) exceeds the number of direct child SubGroups ({})",
-                    s.name, children[i]
-                ));
+                problems.push(Problem::MinSubGroupExceedsChildren {
+                    subgroup: s.name.clone(),
+                    min_sub_group: n,
+                    children: children[i],
+                });
             }
         }
     }
@@ -248,10 +312,17 @@ mod tests {
             {"name": "w-0", "parent": "worker", "minMember": 2}]});
         assert!(validate_spec(&ok).is_empty(), "{:?}", validate_spec(&ok));
         let both = json!({"minMember": 1, "minSubGroup": 1});
-        assert!(validate_spec(&both)[0].contains("mutually exclusive"));
+        assert!(
+            validate_spec(&both)[0]
+                .to_string()
+                .contains("mutually exclusive")
+        );
         let leaf = json!({"minSubGroup": 3, "subGroups": [
             {"name": "a", "minSubGroup": 1}, {"name": "b"}]});
-        let p = validate_spec(&leaf);
+        let p: Vec<String> = validate_spec(&leaf)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert!(
             p.iter()
                 .any(|m| m.contains("exceeds the number of direct child SubGroups (2)")),
@@ -268,12 +339,16 @@ mod tests {
         );
         let mid = json!({"subGroups": [{"name": "a", "minMember": 1},
             {"name": "b", "parent": "a", "minMember": 1}]});
-        assert!(validate_spec(&mid)[0].contains("mid-level"));
+        assert!(validate_spec(&mid)[0].to_string().contains("mid-level"));
         let missing = json!({"subGroups": [{"name": "a", "parent": "zz", "minMember": 1}]});
-        assert!(validate_spec(&missing)[0].contains("parent zz of a was not found"));
+        assert!(
+            validate_spec(&missing)[0]
+                .to_string()
+                .contains("parent zz of a was not found")
+        );
         let dup =
             json!({"subGroups": [{"name": "a", "minMember": 1}, {"name": "a", "minMember": 1}]});
-        assert!(validate_spec(&dup)[0].contains("duplicate"));
+        assert!(validate_spec(&dup)[0].to_string().contains("duplicate"));
     }
 
     #[test]
@@ -282,12 +357,10 @@ mod tests {
             {"name": "a", "parent": "b", "minMember": 1},
             {"name": "b", "parent": "a", "minMember": 1},
             {"name": "c", "minMember": 1}]});
-        assert_eq!(validate_spec(&cycle), vec!["cycle detected in subgroups"]);
+        assert_eq!(validate_spec(&cycle), vec![Problem::Cycle]);
+        assert_eq!(Problem::Cycle.to_string(), "cycle detected in subgroups");
         let self_loop = json!({"subGroups": [{"name": "a", "parent": "a", "minMember": 1}]});
-        assert_eq!(
-            validate_spec(&self_loop),
-            vec!["cycle detected in subgroups"]
-        );
+        assert_eq!(validate_spec(&self_loop), vec![Problem::Cycle]);
     }
 
     #[test]
@@ -314,6 +387,10 @@ mod tests {
             .as_array_mut()
             .unwrap()
             .push(json!({"name": "extra", "minMember": 1}));
-        assert!(validate_spec(&more)[0].contains("kartograf checks at most"));
+        assert!(
+            validate_spec(&more)[0]
+                .to_string()
+                .contains("kartograf checks at most")
+        );
     }
 }

@@ -15,10 +15,12 @@ pub mod coscheduling;
 pub mod kai;
 pub mod live;
 pub mod names;
+mod rule;
 pub mod verify;
 pub mod workload_api;
 
 use crate::proto::v1 as pb;
+pub use rule::Rule;
 use serde_json::Value;
 
 /// Deepest gang tree rendered (the resolver builds at most two levels; a graph from
@@ -74,7 +76,7 @@ pub enum RenderError {
         /// The target API.
         api: &'static str,
         /// The rule broken, and where.
-        rule: String,
+        rule: Rule,
     },
 }
 
@@ -115,7 +117,7 @@ pub fn render(workload: &pb::Workload, format: Format) -> Result<Rendered, Rende
     }
     let fail = |api: &'static str| {
         let label = root.label();
-        move |rule: String| RenderError::Inexpressible {
+        move |rule: Rule| RenderError::Inexpressible {
             workload: label.clone(),
             api,
             rule,
@@ -132,19 +134,18 @@ pub fn render(workload: &pb::Workload, format: Format) -> Result<Rendered, Rende
 }
 
 /// Bounds the gang tree: at most [`MAX_DEPTH`] levels and [`MAX_GROUPS`] groups.
-fn check_shape(groups: &[pb::GangGroup]) -> Result<(), String> {
+fn check_shape(groups: &[pb::GangGroup]) -> Result<(), Rule> {
     let mut stack: Vec<(&pb::GangGroup, usize)> = groups.iter().map(|g| (g, 1)).collect();
     let mut seen = 0usize;
     while let Some((g, depth)) = stack.pop() {
         seen += 1;
         if seen > MAX_GROUPS {
-            return Err(format!("more than {MAX_GROUPS} gang groups"));
+            return Err(Rule::TooManyGroups);
         }
         if depth > MAX_DEPTH {
-            return Err(format!(
-                "gang {} nests deeper than {MAX_DEPTH} levels",
-                g.name
-            ));
+            return Err(Rule::TooDeep {
+                gang: g.name.clone(),
+            });
         }
         stack.extend(g.subgroups.iter().map(|s| (s, depth + 1)));
     }
@@ -262,6 +263,11 @@ mod tests {
                 ..Default::default()
             };
         }
-        assert!(check_shape(&[g]).unwrap_err().contains("deeper"));
+        let e = check_shape(&[g]).unwrap_err();
+        assert!(matches!(e, Rule::TooDeep { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!("gang n nests deeper than {MAX_DEPTH} levels")
+        );
     }
 }

@@ -16,7 +16,7 @@
 //! and one kind of template list at the Workload's top.
 
 use super::names::{dns_label, pod_group_name, workload_name};
-use super::{Rendered, Root, plan_name};
+use super::{Rendered, Root, Rule, plan_name};
 use crate::proto::v1 as pb;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -41,7 +41,7 @@ struct Builder<'a> {
 }
 
 /// Renders the Workload, then its PodGroups and CompositePodGroups (parents first).
-pub(super) fn render(root: &Root, groups: &[pb::GangGroup]) -> Result<Rendered, String> {
+pub(super) fn render(root: &Root, groups: &[pb::GangGroup]) -> Result<Rendered, Rule> {
     let mut b = Builder {
         root,
         workload: workload_name(&root.name, &root.uid),
@@ -63,15 +63,14 @@ pub(super) fn render(root: &Root, groups: &[pb::GangGroup]) -> Result<Rendered, 
         .map(|(_, gangs)| gangs.iter().any(|(_, g)| !g.subgroups.is_empty()))
         .collect::<BTreeSet<bool>>();
     if composite.len() > 1 {
-        return Err("a Workload holds either podGroupTemplates or compositePodGroupTemplates, and these gangs need both".into());
+        return Err(Rule::MixedTemplateLists);
     }
     let composite = composite.contains(&true);
     if plans.len() > MAX_TEMPLATES {
-        return Err(format!(
-            "{} gang templates ({}); a Workload holds at most {MAX_TEMPLATES} per list",
-            plans.len(),
-            excerpt(plans.iter().map(|(t, _)| t.as_str()))
-        ));
+        return Err(Rule::TooManyTemplates {
+            count: plans.len(),
+            names: excerpt(plans.iter().map(|(t, _)| t.as_str())),
+        });
     }
     let mut templates = Vec::new();
     for (tpl, gangs) in &plans {
@@ -124,22 +123,24 @@ fn excerpt<'a>(names: impl Iterator<Item = &'a str>) -> String {
     names.join(", ")
 }
 
-fn template_name(name: &str) -> Result<String, String> {
-    dns_label(name).ok_or_else(|| format!("gang {name:?} makes no DNS-label template name"))
+fn template_name(name: &str) -> Result<String, Rule> {
+    dns_label(name).ok_or_else(|| Rule::NoTemplateName {
+        gang: name.to_owned(),
+    })
 }
 
 impl Builder<'_> {
     /// The template of gang `g` (and its subgroups), at `depth`.
-    fn template(&mut self, name: &str, g: &pb::GangGroup, depth: usize) -> Result<Value, String> {
+    fn template(&mut self, name: &str, g: &pb::GangGroup, depth: usize) -> Result<Value, Rule> {
         if depth > MAX_TREE_DEPTH {
-            return Err(format!(
-                "template {name} is deeper than {MAX_TREE_DEPTH} levels (WorkloadMaxTreeDepth)"
-            ));
+            return Err(Rule::TemplateTooDeep {
+                template: name.to_owned(),
+            });
         }
         if !self.names.insert(name.to_owned()) {
-            return Err(format!(
-                "template name {name} is used twice (template names are unique in a Workload)"
-            ));
+            return Err(Rule::TemplateNameTwice {
+                template: name.to_owned(),
+            });
         }
         if g.subgroups.is_empty() {
             return Ok(json!({
@@ -162,10 +163,11 @@ impl Builder<'_> {
             (&composites, "compositePodGroupTemplates"),
         ] {
             if list.len() > MAX_TEMPLATES {
-                return Err(format!(
-                    "template {name} has {} {what}; at most {MAX_TEMPLATES} are allowed",
-                    list.len()
-                ));
+                return Err(Rule::TooManyChildTemplates {
+                    template: name.to_owned(),
+                    count: list.len(),
+                    list: what,
+                });
             }
         }
         let mut t = json!({
@@ -190,7 +192,7 @@ impl Builder<'_> {
         workload: &str,
         parent: Option<&str>,
         path: Vec<usize>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Rule> {
         let mut spec = serde_json::Map::new();
         if let Some(p) = parent {
             spec.insert("parentCompositePodGroupName".into(), p.into());
@@ -230,24 +232,25 @@ impl Builder<'_> {
     }
 }
 
-fn min_count(g: &pb::GangGroup) -> Result<u32, String> {
+fn min_count(g: &pb::GangGroup) -> Result<u32, Rule> {
     if g.min_member == 0 {
-        return Err(format!(
-            "gang {} wants 0 pods; gang.minCount must be at least 1",
-            g.name
-        ));
+        return Err(Rule::ZeroMinCount {
+            gang: g.name.clone(),
+        });
     }
     i32::try_from(g.min_member)
         .map(|_| g.min_member)
-        .map_err(|_| format!("gang {} wants {} pods, beyond int32", g.name, g.min_member))
+        .map_err(|_| Rule::PodsBeyondInt32 {
+            gang: g.name.clone(),
+            pods: g.min_member,
+        })
 }
 
-fn min_group_count(g: &pb::GangGroup) -> Result<u32, String> {
+fn min_group_count(g: &pb::GangGroup) -> Result<u32, Rule> {
     if g.min_subgroups == 0 {
-        return Err(format!(
-            "gang {} requires 0 subgroups; gang.minGroupCount must be at least 1",
-            g.name
-        ));
+        return Err(Rule::ZeroMinGroupCount {
+            gang: g.name.clone(),
+        });
     }
     Ok(g.min_subgroups)
 }

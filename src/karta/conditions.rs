@@ -52,14 +52,32 @@ pub struct Condition {
 pub struct Facts {
     /// `metadata.generation`.
     pub generation: i64,
-    /// `Ok`, or the validator's bounded summary.
-    pub validation: Result<(), String>,
+    /// `Ok`, or the validator's errors.
+    pub validation: Result<(), ValidationFailed>,
     /// Whether the cluster serves the root kind (`None`: the object names no root kind).
     pub served: Option<bool>,
     /// The root kind, for messages.
     pub root: Option<crate::definition::GroupVersionKind>,
     /// Schema drift findings (`None`: not checked; empty: it fits).
     pub drift: Option<Vec<String>>,
+}
+
+/// The validator's errors on a Karta object; the message is their bounded summary
+/// ([`super::summarize`]), the `KartaValidated` condition's message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", validation_message(.errors))]
+pub struct ValidationFailed {
+    /// The errors (empty: the object defines no definition, without a specific error).
+    pub errors: Vec<crate::definition::DefinitionError>,
+}
+
+fn validation_message(errors: &[crate::definition::DefinitionError]) -> String {
+    let summary = super::summarize(errors);
+    if summary.is_empty() {
+        "Karta validation failed".to_owned()
+    } else {
+        summary
+    }
 }
 
 fn condition(type_: &str, ok: bool, reasons: (&str, &str), message: String, g: i64) -> Condition {
@@ -79,8 +97,7 @@ pub fn desired(facts: &Facts) -> Vec<Condition> {
     let validated = facts.validation.is_ok();
     let validation_message = match &facts.validation {
         Ok(()) => String::new(),
-        Err(m) if m.is_empty() => "Karta validation failed".to_owned(),
-        Err(m) => m.clone(),
+        Err(e) => e.to_string(),
     };
     let served = facts.served == Some(true);
     let served_message = match (&facts.root, facts.served) {
@@ -224,6 +241,24 @@ mod tests {
             (ready.status.as_str(), ready.reason.as_str()),
             ("False", "NotReady")
         );
+    }
+
+    #[test]
+    fn a_failed_validation_says_why_in_its_condition() {
+        let message = |errors: Vec<crate::definition::DefinitionError>| {
+            let mut f = facts();
+            f.validation = Err(ValidationFailed { errors });
+            let all = desired(&f);
+            let c = all.iter().find(|c| c.type_ == KARTA_VALIDATED).unwrap();
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("False", "ValidationFailed")
+            );
+            c.message.clone()
+        };
+        assert_eq!(message(Vec::new()), "Karta validation failed");
+        let e = crate::definition::DefinitionError::new("k", "spec.x", None, "bad x");
+        assert_eq!(message(vec![e.clone()]), super::super::summarize(&[e]));
     }
 
     #[test]

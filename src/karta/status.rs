@@ -239,7 +239,7 @@ impl Reconciler {
             .ok()?;
         let (validation, drift) = match verdict {
             Ok(def) => (Ok(()), self.report.drift().get(&def.name).cloned()),
-            Err(errors) => (Err(super::summarize(&errors)), None),
+            Err(errors) => (Err(conditions::ValidationFailed { errors }), None),
         };
         Some(Facts {
             generation,

@@ -738,7 +738,9 @@ mod tests {
         // A duplicate key fails the packed parse; the whole parse refuses it too, naming it.
         let text = pod(r#""Deployment""#);
         assert!(Cached::from_json_text(&text, Limits::default()).is_none());
-        let e = crate::manifest::parse_documents(&text).expect_err("duplicate `kind`");
+        let e = crate::manifest::parse_documents(&text)
+            .expect_err("duplicate `kind`")
+            .to_string();
         assert!(e.contains("duplicate") && e.contains("kind"), "{e}");
         // Also below the top, among kept fields.
         let text = r#"{"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "uid": "u",

@@ -123,7 +123,83 @@ fn digest(token: &[u8]) -> Digest {
     out
 }
 
-fn parse(text: &str) -> Result<TokenSet, String> {
+/// Why the token file cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    /// It cannot be read (or is not a text file within the size bound).
+    #[error("token file {}: {source}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: crate::folder::read::ReadError,
+    },
+    /// Its content is refused.
+    #[error("token file {}: {source}", .path.display())]
+    Content {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong in it.
+        #[source]
+        source: TokenFileProblem,
+    },
+}
+
+/// What is wrong in a token file's content (a message never shows a token).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenFileProblem {
+    /// A line without a token and a name.
+    #[error("line {line}: expected `TOKEN NAME SCOPES` (the token is not shown)")]
+    Shape {
+        /// The line number (from 1).
+        line: usize,
+    },
+    /// A scope that does not exist.
+    #[error(
+        "line {line} ({name}): unknown scope {:?}; use resolver, definitions, metrics or *",
+        crate::excerpt::echo(.scope)
+    )]
+    UnknownScope {
+        /// The line number (from 1).
+        line: usize,
+        /// The token's name (a bounded excerpt).
+        name: String,
+        /// The scope.
+        scope: String,
+    },
+    /// A token without scopes.
+    #[error(
+        "line {line} ({name}): no scopes; name them (resolver, definitions, metrics, or * for all)"
+    )]
+    NoScopes {
+        /// The line number (from 1).
+        line: usize,
+        /// The token's name (a bounded excerpt).
+        name: String,
+    },
+    /// A token shorter than 16 characters.
+    #[error("line {line} ({name}): token shorter than 16 characters")]
+    Short {
+        /// The line number (from 1).
+        line: usize,
+        /// The token's name (a bounded excerpt).
+        name: String,
+    },
+    /// A token given twice.
+    #[error("line {line} ({name}): duplicate token")]
+    Duplicate {
+        /// The line number (from 1).
+        line: usize,
+        /// The token's name (a bounded excerpt).
+        name: String,
+    },
+    /// A reloaded file without tokens (most likely half-written).
+    #[error("the file now has no tokens")]
+    NowEmpty,
+}
+
+fn parse(text: &str) -> Result<TokenSet, TokenFileProblem> {
     let mut set = TokenSet::default();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -132,12 +208,9 @@ fn parse(text: &str) -> Result<TokenSet, String> {
         }
         let mut fields = line.split_whitespace();
         let (Some(token), Some(name)) = (fields.next(), fields.next()) else {
-            return Err(format!(
-                "line {}: expected `TOKEN NAME SCOPES` (the token is not shown)",
-                n + 1
-            ));
+            return Err(TokenFileProblem::Shape { line: n + 1 });
         };
-        let name = crate::excerpt::echo(name);
+        let name = crate::excerpt::echo(name).into_owned();
         let mut scopes = Vec::new();
         let mut named = false;
         for s in fields.flat_map(|f| f.split(',')).filter(|s| !s.is_empty()) {
@@ -148,11 +221,11 @@ fn parse(text: &str) -> Result<TokenSet, String> {
                 "definitions" => scopes.push(Scope::Definitions),
                 "metrics" => scopes.push(Scope::Metrics),
                 other => {
-                    return Err(format!(
-                        "line {} ({name}): unknown scope {:?}; use resolver, definitions, metrics or *",
-                        n + 1,
-                        crate::excerpt::echo(other)
-                    ));
+                    return Err(TokenFileProblem::UnknownScope {
+                        line: n + 1,
+                        name,
+                        scope: other.to_owned(),
+                    });
                 }
             }
             if s == "*" {
@@ -160,19 +233,13 @@ fn parse(text: &str) -> Result<TokenSet, String> {
             }
         }
         if !named {
-            return Err(format!(
-                "line {} ({name}): no scopes; name them (resolver, definitions, metrics, or * for all)",
-                n + 1
-            ));
+            return Err(TokenFileProblem::NoScopes { line: n + 1, name });
         }
         if token.len() < 16 {
-            return Err(format!(
-                "line {} ({name}): token shorter than 16 characters",
-                n + 1
-            ));
+            return Err(TokenFileProblem::Short { line: n + 1, name });
         }
         let grant = Grant {
-            name: name.to_string(),
+            name: name.clone(),
             scopes,
         };
         if set
@@ -180,7 +247,7 @@ fn parse(text: &str) -> Result<TokenSet, String> {
             .insert(digest(token.as_bytes()), grant)
             .is_some()
         {
-            return Err(format!("line {} ({name}): duplicate token", n + 1));
+            return Err(TokenFileProblem::Duplicate { line: n + 1, name });
         }
     }
     Ok(set)
@@ -188,9 +255,15 @@ fn parse(text: &str) -> Result<TokenSet, String> {
 
 impl Tokens {
     /// Loads the token file; an unreadable or invalid file is an error naming the line.
-    pub fn load(path: &Path) -> Result<Tokens, String> {
-        let content = read(path).map_err(|e| format!("token file {}: {e}", path.display()))?;
-        let set = parse(&content).map_err(|e| format!("token file {}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<Tokens, TokenFileError> {
+        let content = read(path).map_err(|source| TokenFileError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let set = parse(&content).map_err(|source| TokenFileError::Content {
+            path: path.to_owned(),
+            source,
+        })?;
         if set.by_digest.is_empty() {
             tracing::warn!(file = %path.display(), "token file has no tokens: every call except health is refused");
         }
@@ -230,7 +303,7 @@ impl Tokens {
         let outcome = parse(&content).and_then(|set| {
             if set.by_digest.is_empty() {
                 // Most likely a half-written file: revoking everyone is never what was meant.
-                Err("the file now has no tokens".to_owned())
+                Err(TokenFileProblem::NowEmpty)
             } else {
                 Ok(set)
             }
@@ -245,7 +318,7 @@ impl Tokens {
             }
             Err(e) => {
                 tracing::warn!(file = %self.path.display(), error = %e, "token file rejected; keeping the previous tokens");
-                self.reject(e);
+                self.reject(e.to_string());
                 false
             }
         }
@@ -462,19 +535,21 @@ mod tests {
 
     #[test]
     fn bad_files_name_the_line_not_the_token() {
-        let e = parse("secretsecretsecret1\n").unwrap_err();
+        let e = parse("secretsecretsecret1\n").unwrap_err().to_string();
         assert!(e.contains("line 1") && !e.contains("secretsecret"), "{e}");
-        let e = parse("short n resolver\n").unwrap_err();
+        let e = parse("short n resolver\n").unwrap_err().to_string();
         assert!(e.contains("shorter") && !e.contains("short n"), "{e}");
-        let e = parse("aaaaaaaaaaaaaaaa n bogus\n").unwrap_err();
+        let e = parse("aaaaaaaaaaaaaaaa n bogus\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
-        let e = parse("aaaaaaaaaaaaaaaa a *\naaaaaaaaaaaaaaaa b *\n").unwrap_err();
+        let e = parse("aaaaaaaaaaaaaaaa a *\naaaaaaaaaaaaaaaa b *\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 2") && e.contains("duplicate"), "{e}");
     }
 
     #[test]
     fn a_line_without_scopes_is_an_error_not_every_scope() {
-        let e = parse("aaaaaaaaaaaaaaaa sched\n").unwrap_err();
+        let e = parse("aaaaaaaaaaaaaaaa sched\n").unwrap_err().to_string();
         assert!(e.contains("line 1") && e.contains("no scopes"), "{e}");
         assert!(!e.contains("aaaaaaaa"), "{e}");
         // A comma alone names no scope either.
@@ -545,5 +620,34 @@ mod tests {
         assert!(t.reload());
         assert!(t.rejected().is_none());
         assert!(t.authorize(RESOLVE, Some(bearer)).is_err());
+    }
+
+    #[test]
+    fn load_errors_name_the_file_and_the_line() {
+        let d = temp("load-errors");
+        let path = d.join("tokens");
+        std::fs::write(
+            &path,
+            "aaaaaaaaaaaaaaaa ci resolver\nbbbbbbbbbbbbbbbb ops fly\n",
+        )
+        .unwrap();
+        let e = Tokens::load(&path).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                TokenFileError::Content {
+                    source: TokenFileProblem::UnknownScope { line: 2, .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "token file {}: line 2 (ops): unknown scope \"fly\"; use resolver, definitions, metrics or *",
+                path.display()
+            )
+        );
     }
 }

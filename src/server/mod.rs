@@ -161,10 +161,27 @@ impl Default for Settings {
     }
 }
 
+/// A TLS file of the server that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{flag} {}: {source}", .path.display())]
+pub struct TlsFileError {
+    /// The flag naming it (`--tls-cert`, `--tls-key`, `--tls-client-ca`).
+    pub flag: &'static str,
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
+}
+
 impl TlsFiles {
-    fn config(&self) -> Result<tonic::transport::ServerTlsConfig, String> {
-        let read = |what: &str, path: &PathBuf| {
-            std::fs::read(path).map_err(|e| format!("{what} {}: {e}", path.display()))
+    fn config(&self) -> Result<tonic::transport::ServerTlsConfig, TlsFileError> {
+        let read = |flag: &'static str, path: &PathBuf| {
+            std::fs::read(path).map_err(|source| TlsFileError {
+                flag,
+                path: path.clone(),
+                source,
+            })
         };
         let identity = tonic::transport::Identity::from_pem(
             read("--tls-cert", &self.cert)?,

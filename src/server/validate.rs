@@ -254,7 +254,7 @@ pub fn filter(
         kinds_entry(i, k)?;
     }
     let canonical = selector::parse(&label_selector)
-        .map_err(invalid)?
+        .map_err(|e| invalid(e.to_string()))?
         .to_string();
     let filter = Filter {
         namespace: namespace_,

@@ -172,7 +172,7 @@ impl ManifestSet {
                 files::Read::Unreadable(why) => Outcome::Unreadable(why.to_string()),
                 files::Read::Changed(text, hash) => match convert(&text, limits) {
                     Ok(docs) => Outcome::Parsed(hash, docs),
-                    Err(e) => Outcome::Failed(hash, e),
+                    Err(e) => Outcome::Failed(hash, e.to_string()),
                 },
             });
             for (c, outcome) in batch.iter().zip(read) {
@@ -449,7 +449,7 @@ impl Converted {
 /// parse. JSON objects (one, or a `---` stream) are packed while they are parsed, and the
 /// items of a JSON `…List` are parsed one at a time (no tree of the whole file is built);
 /// anything else (YAML, a document that is not JSON) is parsed whole first.
-pub(crate) fn convert(text: &str, limits: Limits) -> Result<Converted, String> {
+pub(crate) fn convert(text: &str, limits: Limits) -> Result<Converted, manifest::ManifestError> {
     if let Some(docs) = manifest::json_stream(text) {
         let mut out = Converted::default();
         let mut json = true;

@@ -53,34 +53,67 @@ pub enum SnapshotError {
     NoDefinition(String),
 }
 
+/// Why the manifest files of a snapshot cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A path that does not exist.
+    #[error("{}: no such file or directory", .0.display())]
+    Missing(PathBuf),
+    /// A path with no manifest file.
+    #[error("{}: no .yaml, .yml or .json files", .0.display())]
+    NoManifests(PathBuf),
+    /// A file that cannot be read.
+    #[error("{}: {source}", .file.display())]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        #[source]
+        source: crate::folder::read::ReadError,
+    },
+    /// A file that does not parse.
+    #[error("{}: {source}", .file.display())]
+    Parse {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        #[source]
+        source: crate::manifest::ManifestError,
+    },
+}
+
 impl Snapshot {
     /// Reads every manifest file in `paths` (files or directories, walked as `serve` walks
     /// them: each file once through link loops, special files skipped with a warning, reads
     /// bounded). An unreadable or unparseable file is an error; a document that is not a
     /// usable object is a warning. The same identity twice keeps its first document, in one
     /// file as across files (as `serve` does).
-    pub fn load(paths: &[PathBuf], limits: Limits) -> Result<Snapshot, String> {
+    pub fn load(paths: &[PathBuf], limits: Limits) -> Result<Snapshot, LoadError> {
         let mut snapshot = Snapshot::default();
         for path in paths {
             let walk = crate::folder::walk(path, crate::folder::is_manifest);
             if !walk.exists {
-                return Err(format!("{}: no such file or directory", path.display()));
+                return Err(LoadError::Missing(path.clone()));
             }
             for problem in walk.problems {
                 snapshot.warn(problem);
             }
             if walk.files.is_empty() {
-                return Err(format!("{}: no .yaml, .yml or .json files", path.display()));
+                return Err(LoadError::NoManifests(path.clone()));
             }
             // Read, parse and convert on every core; add in file order.
             let read = crate::folder::read_in_parallel(&walk.files, |(file, _)| {
                 let source = file.display().to_string();
-                let converted = crate::folder::read_text(file)
-                    .map_err(|e| format!("{source}: {e}"))
-                    .and_then(|text| {
-                        manifests::convert(&text, limits).map_err(|e| format!("{source}: {e}"))
+                let text = crate::folder::read_text(file).map_err(|source| LoadError::Read {
+                    file: file.clone(),
+                    source,
+                })?;
+                let converted =
+                    manifests::convert(&text, limits).map_err(|source| LoadError::Parse {
+                        file: file.clone(),
+                        source,
                     })?;
-                Ok::<_, String>((source, converted))
+                Ok::<_, LoadError>((source, converted))
             });
             for result in read {
                 let (source, converted) = result?;

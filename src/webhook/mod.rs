@@ -67,7 +67,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Shared,
     settings: Settings,
-) -> Result<(), String> {
+) -> Result<(), tls::TlsError> {
     let tls = match &settings.tls {
         Some((cert, key)) => Some(tls::Reloading::load(cert, key)?),
         None => None,

@@ -39,9 +39,52 @@ fn stamp(cert: &Path, key: &Path) -> Stamp {
     [one(cert), one(key)]
 }
 
+/// Why the webhook's certificate and key do not load; the message names the flag and file.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file cannot be read.
+    #[error("{flag} {}: {source}", .path.display())]
+    Read {
+        /// `--webhook-tls-cert` or `--webhook-tls-key`.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The certificate file is not PEM certificates.
+    #[error("--webhook-tls-cert {}: {source}", .path.display())]
+    Certificate {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// The certificate file holds no certificate.
+    #[error("--webhook-tls-cert {}: no certificate in the file", .0.display())]
+    NoCertificate(PathBuf),
+    /// The key file is not a PEM private key.
+    #[error("--webhook-tls-key {}: {source}", .path.display())]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// The TLS library refuses its default protocol versions.
+    #[error(transparent)]
+    Protocols(rustls::Error),
+    /// The certificate and key do not make an identity.
+    #[error("--webhook-tls-cert/--webhook-tls-key: {0}")]
+    Identity(#[source] rustls::Error),
+}
+
 impl Reloading {
     /// Loads the pair; an error names the file that failed.
-    pub fn load(cert: &Path, key: &Path) -> Result<Arc<Reloading>, String> {
+    pub fn load(cert: &Path, key: &Path) -> Result<Arc<Reloading>, TlsError> {
         let stamp = stamp(cert, key);
         let acceptor = acceptor(cert, key)?;
         Ok(Arc::new(Reloading {
@@ -78,30 +121,37 @@ impl Reloading {
     }
 }
 
-fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
-    let read =
-        |flag: &str, p: &Path| std::fs::read(p).map_err(|e| format!("{flag} {}: {e}", p.display()));
+fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, TlsError> {
+    let read = |flag: &'static str, p: &Path| {
+        std::fs::read(p).map_err(|source| TlsError::Read {
+            flag,
+            path: p.to_owned(),
+            source,
+        })
+    };
     let cert_pem = read("--webhook-tls-cert", cert)?;
     let key_pem = read("--webhook-tls-key", key)?;
     let chain = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("--webhook-tls-cert {}: {e}", cert.display()))?;
+        .map_err(|source| TlsError::Certificate {
+            path: cert.to_owned(),
+            source,
+        })?;
     if chain.is_empty() {
-        return Err(format!(
-            "--webhook-tls-cert {}: no certificate in the file",
-            cert.display()
-        ));
+        return Err(TlsError::NoCertificate(cert.to_owned()));
     }
-    let key_der = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|e| format!("--webhook-tls-key {}: {e}", key.display()))?;
+    let key_der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|source| TlsError::Key {
+        path: key.to_owned(),
+        source,
+    })?;
     let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
+    .map_err(TlsError::Protocols)?
     .with_no_client_auth()
     .with_single_cert(chain, key_der)
-    .map_err(|e| format!("--webhook-tls-cert/--webhook-tls-key: {e}"))?;
+    .map_err(TlsError::Identity)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }

@@ -2,21 +2,38 @@
 //! version (definitions are immutable; a reload makes new ones with new ids).
 
 use crate::definition::Definition;
-use crate::definition::assign::AssignPath;
+use crate::definition::assign::{AssignPath, AssignPathError};
 use crate::definition::model::ComponentDefinition;
-use crate::expr::Expr;
+use crate::expr::{CompileError, Expr};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 /// Compiled extension expressions, by component index (`None`: not declared; `Err`: the
-/// expression does not compile, with the message).
+/// expression does not compile, and why).
 #[derive(Debug, Default)]
 pub struct Extras {
     /// `componentNamePath`.
-    pub names: Vec<Option<Result<Expr, String>>>,
+    pub names: Vec<Option<Result<Expr, ExtensionError>>>,
     /// `replicasAssignPath`.
-    pub assign: Vec<Option<Result<AssignPath, String>>>,
+    pub assign: Vec<Option<Result<AssignPath, ExtensionError>>>,
+}
+
+/// Why an extension expression of a component does not compile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExtensionError {
+    /// `componentNamePath` is not a valid expression.
+    #[error("componentNamePath `{expression}` does not compile: {source}")]
+    ComponentNamePath {
+        /// The expression.
+        expression: String,
+        /// Why.
+        #[source]
+        source: CompileError,
+    },
+    /// `replicasAssignPath` is not a plain path.
+    #[error("replicasAssignPath: {0}")]
+    ReplicasAssignPath(#[source] AssignPathError),
 }
 
 /// Definitions whose extras are kept; the table is emptied when it is full.
@@ -52,12 +69,14 @@ pub fn compile(def: &Definition) -> Extras {
         extras
             .names
             .push(ext.and_then(|e| e.component_name_path.as_ref()).map(|s| {
-                Expr::compile(s)
-                    .map_err(|e| format!("componentNamePath `{s}` does not compile: {e}"))
+                Expr::compile(s).map_err(|source| ExtensionError::ComponentNamePath {
+                    expression: s.clone(),
+                    source,
+                })
             }));
         extras.assign.push(
             ext.and_then(|e| e.replicas_assign_path.as_ref())
-                .map(|s| AssignPath::parse(s).map_err(|e| format!("replicasAssignPath: {e}"))),
+                .map(|s| AssignPath::parse(s).map_err(ExtensionError::ReplicasAssignPath)),
         );
     }
     extras

@@ -424,7 +424,7 @@ impl Ask<'_> {
             if let Some(compiled) = compiled {
                 let expr = compiled
                     .as_ref()
-                    .map_err(|e| Refusal::new(500, e.clone()))?;
+                    .map_err(|e| Refusal::new(500, e.to_string()))?;
                 let out = self.eval(expr, &root, "componentNamePath")?;
                 given.insert(
                     c,
@@ -472,7 +472,9 @@ impl Ask<'_> {
         let mut paths: BTreeMap<usize, Vec<Vec<Step>>> = BTreeMap::new();
         for (c, parsed) in self.extras.assign.iter().enumerate() {
             if let Some(parsed) = parsed {
-                let path = parsed.as_ref().map_err(|e| Refusal::new(500, e.clone()))?;
+                let path = parsed
+                    .as_ref()
+                    .map_err(|e| Refusal::new(500, e.to_string()))?;
                 let steps = path
                     .locations(self.json)
                     .map_err(|e| Refusal::new(422, format!("replicasAssignPath: {e}")))?;
@@ -564,7 +566,9 @@ impl Ask<'_> {
         };
         let mut ops = Vec::new();
         for parsed in self.extras.assign.iter().flatten() {
-            let path = parsed.as_ref().map_err(|e| Refusal::new(500, e.clone()))?;
+            let path = parsed
+                .as_ref()
+                .map_err(|e| Refusal::new(500, e.to_string()))?;
             let here = path
                 .locations(self.json)
                 .map_err(|e| Refusal::new(422, format!("replicasAssignPath: {e}")))?;
@@ -648,7 +652,7 @@ impl Ask<'_> {
             map.insert("observedGeneration".to_owned(), generation.clone());
         }
         let op = patch::set(self.json, &[Step::Key("status".to_owned())], merged)
-            .map_err(|e| Refusal::new(500, e))?;
+            .map_err(|e| Refusal::new(500, e.to_string()))?;
         Ok(with_patch(op.into_iter().collect()))
     }
 }

@@ -17,11 +17,28 @@ pub fn pointer(path: &[Step]) -> String {
     out
 }
 
+/// Why a value cannot be put at a path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatchError {
+    /// An index past the end of its array (at this JSON pointer).
+    #[error("{0} is past the end of its array")]
+    PastEnd(String),
+    /// The path runs through a scalar (at this JSON pointer).
+    #[error("{0} runs through a value that is not an object or array")]
+    ThroughScalar(String),
+    /// An array element below a missing member (at this JSON pointer) cannot be built.
+    #[error("{0} does not exist")]
+    Missing(String),
+    /// The empty path.
+    #[error("cannot replace the whole object")]
+    WholeObject,
+}
+
 /// The operation that puts `value` at `path` in `doc`: `replace` where something is,
 /// `add` at the first missing object member (with the rest of the path built as nested
 /// objects); `None` when the value is there already; `Err` when the path runs through a
 /// scalar or past the end of an array.
-pub fn set(doc: &Json, path: &[Step], value: Json) -> Result<Option<Json>, String> {
+pub fn set(doc: &Json, path: &[Step], value: Json) -> Result<Option<Json>, PatchError> {
     let mut at = doc;
     for (i, step) in path.iter().enumerate() {
         let next = match (step, at) {
@@ -29,17 +46,11 @@ pub fn set(doc: &Json, path: &[Step], value: Json) -> Result<Option<Json>, Strin
             (Step::Index(n), Json::Array(items)) => match items.get(*n) {
                 Some(v) => Some(v),
                 None => {
-                    return Err(format!(
-                        "{} is past the end of its array",
-                        pointer(&path[..=i])
-                    ));
+                    return Err(PatchError::PastEnd(pointer(&path[..=i])));
                 }
             },
             _ => {
-                return Err(format!(
-                    "{} runs through a value that is not an object or array",
-                    pointer(&path[..=i])
-                ));
+                return Err(PatchError::ThroughScalar(pointer(&path[..=i])));
             }
         };
         match next {
@@ -50,7 +61,7 @@ pub fn set(doc: &Json, path: &[Step], value: Json) -> Result<Option<Json>, Strin
                     built = match rest {
                         Step::Key(k) => json!({ k.clone(): built }),
                         Step::Index(_) => {
-                            return Err(format!("{} does not exist", pointer(&path[..=i])));
+                            return Err(PatchError::Missing(pointer(&path[..=i])));
                         }
                     };
                 }
@@ -64,7 +75,7 @@ pub fn set(doc: &Json, path: &[Step], value: Json) -> Result<Option<Json>, Strin
         return Ok(None);
     }
     if path.is_empty() {
-        return Err("cannot replace the whole object".to_owned());
+        return Err(PatchError::WholeObject);
     }
     Ok(Some(
         json!({"op": "replace", "path": pointer(path), "value": value}),
