@@ -593,7 +593,7 @@ mod tests {
     fn assert_same(got: &Converted, want: &Converted) {
         assert_eq!(got.objects.len(), want.objects.len());
         for (g, w) in got.objects.iter().zip(&want.objects) {
-            assert!(g.same(w), "{g:?} vs {w:?}");
+            assert!(g.same_content(w), "{g:?} vs {w:?}");
         }
         assert_eq!(got.skipped, want.skipped);
     }
