@@ -403,7 +403,11 @@ async fn cold_start(pods: usize) {
     wait_synced(&index, "manifests").await;
     let manifests = t.elapsed();
     task.abort();
-    let served = index.list(&Default::default(), 0, usize::MAX).0.len();
+    let served = index
+        .board()
+        .list(&Default::default(), 0, usize::MAX)
+        .0
+        .len();
     assert_eq!(served, workloads);
     let _ = std::fs::remove_dir_all(&dir);
 
@@ -429,7 +433,11 @@ async fn cold_start(pods: usize) {
     wait_synced(&index, "kube").await;
     let kube = t.elapsed();
     task.abort();
-    let served = index.list(&Default::default(), 0, usize::MAX).0.len();
+    let served = index
+        .board()
+        .list(&Default::default(), 0, usize::MAX)
+        .0
+        .len();
     assert_eq!(served, workloads);
     println!(
         "cold    {pods} pods + {workloads} workloads to synced: manifests dir {:.2} s; \

@@ -41,18 +41,16 @@ pub const GANG_PROJECTION: Keep = Keep::Fields(&[
     ("spec", Keep::All),
 ]);
 
-/// The gang object kinds watched when the cluster serves them (highest version first per
-/// kind): KAI's PodGroup, the Workload API's Workload, PodGroup and CompositePodGroup, and
-/// coscheduling's PodGroup. The Workload is watched for owner chains (a PodGroup may be
-/// owned by its Workload, which the workload's root owns).
+/// The gang object kinds watched when the cluster serves them, at the versions
+/// [`GANG_KINDS`](crate::model::object::GANG_KINDS) names: KAI's PodGroup, the Workload
+/// API's Workload, PodGroup and CompositePodGroup, and coscheduling's PodGroup. The Workload
+/// is watched for owner chains (a PodGroup may be owned by its Workload, which the
+/// workload's root owns).
 pub fn watched_kinds() -> Vec<GroupVersionKind> {
-    vec![
-        GroupVersionKind::new("scheduling.run.ai", "v2alpha2", "PodGroup"),
-        GroupVersionKind::new("scheduling.k8s.io", "v1beta1", "Workload"),
-        GroupVersionKind::new("scheduling.k8s.io", "v1beta1", "PodGroup"),
-        GroupVersionKind::new("scheduling.k8s.io", "v1alpha3", "CompositePodGroup"),
-        GroupVersionKind::new("scheduling.x-k8s.io", "v1alpha1", "PodGroup"),
-    ]
+    crate::model::object::GANG_KINDS
+        .iter()
+        .map(|(group, version, kind)| GroupVersionKind::new(group, version, kind))
+        .collect()
 }
 
 /// The verdict on one gang object, as the metrics show it.

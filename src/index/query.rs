@@ -2,7 +2,7 @@
 
 use super::Index;
 use super::names::Name;
-use crate::board::{AttributedPod, Change, Filter, PodMiss, Published, Sizes, TotalsKey};
+use crate::board::{AttributedPod, PodMiss, Published, Sizes};
 use crate::model::ownership::{Root, root_of};
 use crate::proto::v1 as pb;
 use std::sync::Arc;
@@ -168,30 +168,6 @@ impl Index {
         Ok((w.graph.clone(), placement))
     }
 
-    /// Matching workloads in (namespace, kind, name) order, from `offset`, at most `limit`;
-    /// also returns the revision.
-    pub fn list(
-        &self,
-        filter: &Filter,
-        offset: usize,
-        limit: usize,
-    ) -> (Vec<Arc<pb::Workload>>, bool, u64) {
-        self.board.list(filter, offset, limit)
-    }
-
-    /// Like [`Index::list`], from the first matching workload that sorts after `after`'s
-    /// (namespace, kind, name, uid) instead of from an offset: a position that keeps its
-    /// meaning while workloads come and go (nothing is skipped or repeated because of them).
-    pub fn list_after(
-        &self,
-        filter: &Filter,
-        after: Option<&pb::ObjectRef>,
-        limit: usize,
-    ) -> (Vec<Arc<pb::Workload>>, bool, u64) {
-        self.board
-            .list_after(filter, after.map(|r| (r, None)), limit)
-    }
-
     /// The reference (apiVersion, kind, namespace, name, uid) of the cached object or pod
     /// with this uid.
     pub fn object_ref(&self, uid: &str) -> Option<pb::ObjectRef> {
@@ -204,33 +180,5 @@ impl Index {
             name: meta.name.clone(),
             uid: meta.uid.to_string(),
         })
-    }
-
-    /// Sums of desired and held resources, pods and workload counts, by `key`.
-    pub fn totals(&self, key: TotalsKey, namespace: &str) -> (Vec<pb::TotalsRow>, u64) {
-        self.board.totals(key, namespace, "")
-    }
-
-    /// Every matching workload now, with the current revision (a Watch snapshot).
-    pub fn snapshot(&self, filter: &Filter) -> (Vec<Arc<Published>>, u64) {
-        self.board.snapshot(filter)
-    }
-
-    /// What a subscriber filtered by `filter` and current to revision `since` must receive
-    /// to be current now (see [`super::Board::changes_since_counted`]); `None` when `since`
-    /// is older than the kept history.
-    pub fn changes_since(&self, since: u64, filter: &Filter) -> Option<(Vec<Change>, u64)> {
-        self.changes_since_counted(since, filter)
-            .map(|(changes, revision, _)| (changes, revision))
-    }
-
-    /// [`Index::changes_since`], plus how many matching changes were merged into a later one
-    /// (coalesced away).
-    pub fn changes_since_counted(
-        &self,
-        since: u64,
-        filter: &Filter,
-    ) -> Option<(Vec<Change>, u64, usize)> {
-        self.board.changes_since_counted(since, filter)
     }
 }

@@ -80,7 +80,7 @@ fn pod(name: &str, member: &str) -> Value {
 }
 
 fn workloads(index: &Index) -> Vec<String> {
-    let (all, _) = index.snapshot(&Filter::default());
+    let (all, _) = index.board().snapshot(&Filter::default());
     let mut names: Vec<String> = all
         .iter()
         .filter_map(|w| w.r#ref.as_ref().map(|r| format!("{}/{}", r.kind, r.name)))
@@ -134,7 +134,7 @@ fn a_reset_removes_what_the_source_no_longer_holds() {
     // The second list holds only `a` and its member: `b` and the pod are gone.
     index.reset("files", &docs[..2]);
     assert_eq!(workloads(&index), ["Group/a"]);
-    let (changes, _) = index.changes_since(before, &Filter::default()).unwrap();
+    let (changes, _) = changes_since(&index, before, &Filter::default()).unwrap();
     let mut seen = kinds(&changes);
     seen.sort_by(|x, y| x.0.cmp(&y.0));
     assert_eq!(
@@ -162,7 +162,7 @@ fn a_member_adopted_by_a_group_stops_being_a_workload_of_its_own() {
     // The controller reference arrives: the member is now part of the group.
     index.apply(&member("m", Some("g")), "files").unwrap();
     assert_eq!(workloads(&index), ["Group/g"]);
-    let (changes, _) = index.changes_since(before, &Filter::default()).unwrap();
+    let (changes, _) = changes_since(&index, before, &Filter::default()).unwrap();
     let mut seen = kinds(&changes);
     seen.sort_by(|x, y| x.0.cmp(&y.0));
     assert_eq!(
@@ -197,16 +197,16 @@ fn the_history_keeps_its_cap_and_older_resumes_reset() {
     let now = index.revision();
     assert_eq!(now, start + 5);
     assert!(
-        index.changes_since(start, &Filter::default()).is_none(),
+        changes_since(&index, start, &Filter::default()).is_none(),
         "older than the kept history: RESET"
     );
-    let (changes, rev) = index.changes_since(now - 3, &Filter::default()).unwrap();
+    let (changes, rev) = changes_since(&index, now - 3, &Filter::default()).unwrap();
     assert_eq!(rev, now);
     assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Modified)]);
-    let (changes, _) = index.changes_since(now, &Filter::default()).unwrap();
+    let (changes, _) = changes_since(&index, now, &Filter::default()).unwrap();
     assert!(changes.is_empty());
     assert!(
-        index.changes_since(now + 1, &Filter::default()).is_none(),
+        changes_since(&index, now + 1, &Filter::default()).is_none(),
         "from the future"
     );
 }
@@ -222,24 +222,24 @@ fn labels_entering_and_leaving_a_selector_are_added_and_deleted_for_it() {
         .apply(&group("g", json!({"app": "db"})), "files")
         .unwrap();
     let r0 = index.revision();
-    assert!(index.snapshot(&web).0.is_empty());
+    assert!(index.board().snapshot(&web).0.is_empty());
     index
         .apply(&group("g", json!({"app": "web"})), "files")
         .unwrap();
-    let (changes, r1) = index.changes_since(r0, &web).unwrap();
+    let (changes, r1) = changes_since(&index, r0, &web).unwrap();
     assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Added)]);
     index
         .apply(&group("g", json!({"app": "web", "v": "2"})), "files")
         .unwrap();
-    let (changes, r2) = index.changes_since(r1, &web).unwrap();
+    let (changes, r2) = changes_since(&index, r1, &web).unwrap();
     assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Modified)]);
     index
         .apply(&group("g", json!({"app": "db"})), "files")
         .unwrap();
-    let (changes, _) = index.changes_since(r2, &web).unwrap();
+    let (changes, _) = changes_since(&index, r2, &web).unwrap();
     assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Deleted)]);
     // Over the whole span, the workload was never in the view: nothing to send.
-    let (changes, _) = index.changes_since(r0, &web).unwrap();
+    let (changes, _) = changes_since(&index, r0, &web).unwrap();
     assert!(changes.is_empty(), "{:?}", kinds(&changes));
 }
 
@@ -349,7 +349,7 @@ fn before_the_first_sync_a_list_that_ends_while_another_arrives_hands_it_its_roo
     }
     assert_eq!(workloads(&index), ["Group/a"]);
     // Resolved once, with its pods: one event.
-    let (changes, _) = index.changes_since(before, &Filter::default()).unwrap();
+    let (changes, _) = changes_since(&index, before, &Filter::default()).unwrap();
     assert_eq!(kinds(&changes), [("a".to_owned(), pb::EventType::Added)]);
     let pods = |uid: &str| current_pods(&index, uid);
     assert_eq!(pods("uid-a"), Some(2));
@@ -608,4 +608,13 @@ fn the_roots_a_change_touches_match_each_object_walked_up_on_its_own() {
         }
     }
     assert_eq!(cases, (N + 2) * (N + 2) * N);
+}
+
+/// What a subscriber current to `since` must receive, and the revision (see
+/// `Board::changes_since_counted`).
+fn changes_since(index: &Index, since: u64, filter: &Filter) -> Option<(Vec<Change>, u64)> {
+    index
+        .board()
+        .changes_since_counted(since, filter)
+        .map(|(changes, revision, _)| (changes, revision))
 }

@@ -384,16 +384,17 @@ pub struct Pod {
     pub(crate) memo: Memo,
 }
 
-/// The schedulers' gang object kinds, by (API group, kind): KAI's `scheduling.run.ai`
-/// PodGroup, `scheduling.k8s.io` PodGroup, CompositePodGroup and Workload, coscheduling's
-/// `scheduling.x-k8s.io` PodGroup (`crate::gangs` checks all but the Workload, which only
-/// links owner chains).
-pub const GANG_KINDS: [(&str, &str); 5] = [
-    ("scheduling.run.ai", "PodGroup"),
-    ("scheduling.k8s.io", "PodGroup"),
-    ("scheduling.k8s.io", "CompositePodGroup"),
-    ("scheduling.x-k8s.io", "PodGroup"),
-    ("scheduling.k8s.io", "Workload"),
+/// The schedulers' gang object kinds, by (API group, the version watched, kind): KAI's
+/// `scheduling.run.ai` PodGroup, `scheduling.k8s.io` PodGroup, CompositePodGroup and
+/// Workload, coscheduling's `scheduling.x-k8s.io` PodGroup (`crate::gangs` checks all but
+/// the Workload, which only links owner chains). Any version is recognised; the one named is
+/// what the Kubernetes source watches when the cluster serves it.
+pub const GANG_KINDS: [(&str, &str, &str); 5] = [
+    ("scheduling.run.ai", "v2alpha2", "PodGroup"),
+    ("scheduling.k8s.io", "v1beta1", "PodGroup"),
+    ("scheduling.k8s.io", "v1alpha3", "CompositePodGroup"),
+    ("scheduling.x-k8s.io", "v1alpha1", "PodGroup"),
+    ("scheduling.k8s.io", "v1beta1", "Workload"),
 ];
 
 /// The index in [`GANG_KINDS`] of an object's kind, if it is one of them.
@@ -401,7 +402,7 @@ pub fn gang_kind(api_version: &str, kind: &str) -> Option<usize> {
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     GANG_KINDS
         .iter()
-        .position(|(g, k)| *g == group && *k == kind)
+        .position(|(g, _, k)| *g == group && *k == kind)
 }
 
 /// Whether an object is a scheduler's gang object or its Workload ([`GANG_KINDS`]).

@@ -103,7 +103,7 @@ fn with_and_without(kind: &str) -> (Catalog, Catalog) {
 }
 
 fn listed(index: &Index) -> Vec<String> {
-    let (page, _, _) = index.list(&Default::default(), 0, 1000);
+    let (page, _, _) = index.board().list(&Default::default(), 0, 1000);
     let mut names: Vec<String> = page
         .iter()
         .map(|w| {

@@ -132,7 +132,9 @@ fn current_pods(index: &Index) -> u32 {
 
 /// The latest change of the JobSet after `since`.
 fn jobset_change(index: &Index, since: u64) -> Option<(pb::EventType, u32)> {
-    let (changes, _) = index.changes_since(since, &Default::default())?;
+    let (changes, _, _) = index
+        .board()
+        .changes_since_counted(since, &Default::default())?;
     changes
         .iter()
         .rev()
@@ -158,7 +160,7 @@ async fn initial_list(http: bool) {
     let w = jobset(&index).unwrap();
     assert_eq!(w.pods.unwrap().desired, 3);
     assert_eq!(w.totals.clone().unwrap().desired.unwrap().gpus, 12.0);
-    let (all, _, _) = index.list(&Default::default(), 0, 1000);
+    let (all, _, _) = index.board().list(&Default::default(), 0, 1000);
     assert_eq!(all.len(), 1, "one workload: {all:?}");
     assert!(
         !format!("{all:?}").contains(SECRET),

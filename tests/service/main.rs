@@ -483,7 +483,12 @@ async fn a_stalled_subscriber_blocks_nobody() {
         assert_eq!(e.workload.unwrap().pods.unwrap().desired, replicas);
     }
     // Memory stays bounded: the history keeps at most 10 changes whatever the stalled one does.
-    assert!(h.index.changes_since(0, &Default::default()).is_none());
+    assert!(
+        h.index
+            .board()
+            .changes_since_counted(0, &Default::default())
+            .is_none()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,7 +26,7 @@ fn cluster() -> synth::Cluster {
 
 /// Every generated workload resolved cleanly, and together they hold every pod.
 fn assert_clean(index: &Index, cluster: &synth::Cluster) {
-    let (all, more, _) = index.list(&Default::default(), 0, 10_000);
+    let (all, more, _) = index.board().list(&Default::default(), 0, 10_000);
     assert!(!more);
     assert_eq!(all.len(), cluster.roots.len(), "one workload per root");
     let mut pods = 0;
@@ -166,7 +166,7 @@ async fn synth_cluster_resolves_cleanly_through_the_fake_api_server() {
         assert!(
             Instant::now() < deadline,
             "synced in time: {} workloads, lists {:?}",
-            index.list(&Default::default(), 0, 10_000).0.len(),
+            index.board().list(&Default::default(), 0, 10_000).0.len(),
             fake.requests("/api/v1/pods", false)
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
