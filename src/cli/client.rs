@@ -408,6 +408,27 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// A full-view Resolve request of the workload KIND/NAME (`describe`, `gangs`), its namespace
+/// looked up as [`namespace_of`] does.
+async fn full_request(
+    client: &mut Client,
+    server: &ServerArgs,
+    kind: &str,
+    name: String,
+) -> pb::ResolveRequest {
+    let namespace = namespace_of(client, server, kind, &name).await;
+    pb::ResolveRequest {
+        target: Some(pb::resolve_request::Target::Workload(pb::ObjectRef {
+            kind: singular(kind),
+            namespace,
+            name,
+            ..Default::default()
+        })),
+        view: pb::View::Full as i32,
+        cluster: cluster(server),
+    }
+}
+
 /// Runs `describe`.
 pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
@@ -416,17 +437,7 @@ pub fn describe(args: DescribeArgs) -> anyhow::Result<ExitCode> {
         let Some(name) = name else {
             anyhow::bail!("describe takes KIND/NAME")
         };
-        let namespace = namespace_of(&mut client, &args.server, &kind, &name).await;
-        let req = pb::ResolveRequest {
-            target: Some(pb::resolve_request::Target::Workload(pb::ObjectRef {
-                kind: singular(&kind),
-                namespace,
-                name,
-                ..Default::default()
-            })),
-            view: pb::View::Full as i32,
-            cluster: cluster(&args.server),
-        };
+        let req = full_request(&mut client, &args.server, &kind, name).await;
         match client.resolve(req).await {
             Ok(r) => {
                 let w = r.into_inner().workload.unwrap_or_default();
@@ -576,18 +587,8 @@ pub fn gangs(args: &super::gangs::Args) -> anyhow::Result<ExitCode> {
         let Some(name) = name else {
             anyhow::bail!("gangs takes KIND/NAME (or -f FILE… for a snapshot)")
         };
-        let namespace = namespace_of(&mut client, &args.server, &kind, &name).await;
         let req = pb::GangsRequest {
-            workload: Some(pb::ResolveRequest {
-                target: Some(pb::resolve_request::Target::Workload(pb::ObjectRef {
-                    kind: singular(&kind),
-                    namespace,
-                    name,
-                    ..Default::default()
-                })),
-                view: pb::View::Full as i32,
-                cluster: cluster(&args.server),
-            }),
+            workload: Some(full_request(&mut client, &args.server, &kind, name).await),
             format: args.output.to_proto() as i32,
         };
         match client.gangs(req).await {

@@ -2,16 +2,16 @@
 //! offline from manifest files (`-f`) or from a server (the `Gangs` RPC); with `--verify`,
 //! the gang objects in the files checked against the workload instead.
 
-use super::{DefinitionArgs, EXIT_NO_DEFINITION, EXIT_NOT_FOUND};
+use super::DefinitionArgs;
 use crate::expr::Limits;
 use crate::gangs::verify::{self, GangObject, PodLinks};
 use crate::gangs::{Format, Rendered};
 use crate::model::Cached;
-use crate::source::offline::{Snapshot, SnapshotError};
+use crate::source::offline::Snapshot;
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Arguments of `gangs`.
 #[derive(Debug, clap::Args)]
@@ -57,27 +57,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     {
         eprintln!("warning: {warning}");
     }
-    let root = match snapshot.select(
+    let workload = match super::resolve::select_and_resolve(
+        &snapshot,
         &catalog,
         args.target.as_deref(),
         args.server.namespace.as_deref(),
+        args.timeout,
     ) {
-        Ok(root) => root,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(EXIT_NOT_FOUND));
-        }
-    };
-    let workload = match snapshot.resolve(&catalog, &root, Some(Instant::now() + args.timeout)) {
         Ok(r) => r.workload,
-        Err(e @ SnapshotError::NoDefinition(_)) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(EXIT_NO_DEFINITION));
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(EXIT_NOT_FOUND));
-        }
+        Err(code) => return Ok(code),
     };
     if args.verify {
         return verify_snapshot(&args, &snapshot, &workload);

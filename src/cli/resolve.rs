@@ -1,8 +1,10 @@
 //! `kartograf resolve`: the offline form of `Resolve`.
 
 use super::{DefinitionArgs, EXIT_NO_DEFINITION, EXIT_NOT_FOUND, Format, output, tree};
+use crate::definition::Catalog;
 use crate::expr::Limits;
 use crate::proto::v1 as pb;
+use crate::resolve::Resolution;
 use crate::source::offline::{MAX_WARNINGS, Snapshot, SnapshotError};
 use anyhow::Context;
 use std::path::PathBuf;
@@ -77,23 +79,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.all {
         return list_all(&args, &catalog, &snapshot);
     }
-    let root = match snapshot.select(&catalog, args.target.as_deref(), args.namespace.as_deref()) {
-        Ok(root) => root,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(EXIT_NOT_FOUND));
-        }
-    };
-    let resolution = match snapshot.resolve(&catalog, &root, Some(Instant::now() + args.timeout)) {
+    let resolution = match select_and_resolve(
+        &snapshot,
+        &catalog,
+        args.target.as_deref(),
+        args.namespace.as_deref(),
+        args.timeout,
+    ) {
         Ok(r) => r,
-        Err(e @ SnapshotError::NoDefinition(_)) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(EXIT_NO_DEFINITION));
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(EXIT_NOT_FOUND));
-        }
+        Err(code) => return Ok(code),
     };
     let mut workload = resolution.workload;
     if args.summary {
@@ -112,12 +106,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `resolve --all`: every root workload of the snapshot.
-fn list_all(
-    args: &Args,
-    catalog: &crate::definition::Catalog,
+/// The workload `target` selects in a snapshot, resolved (`resolve` and `gangs -f`); on
+/// failure the error is printed and its exit code returned.
+pub(super) fn select_and_resolve(
     snapshot: &Snapshot,
-) -> anyhow::Result<ExitCode> {
+    catalog: &Catalog,
+    target: Option<&str>,
+    namespace: Option<&str>,
+    timeout: Duration,
+) -> Result<Resolution, ExitCode> {
+    let fail = |e: SnapshotError| {
+        eprintln!("error: {e}");
+        ExitCode::from(match e {
+            SnapshotError::NoDefinition(_) => EXIT_NO_DEFINITION,
+            _ => EXIT_NOT_FOUND,
+        })
+    };
+    let root = snapshot.select(catalog, target, namespace).map_err(fail)?;
+    snapshot
+        .resolve(catalog, &root, Some(Instant::now() + timeout))
+        .map_err(fail)
+}
+
+/// `resolve --all`: every root workload of the snapshot.
+fn list_all(args: &Args, catalog: &Catalog, snapshot: &Snapshot) -> anyhow::Result<ExitCode> {
     let mut roots = snapshot.roots(catalog);
     if let Some(ns) = &args.namespace {
         roots.retain(|m| &m.namespace == ns);
