@@ -163,17 +163,7 @@ fn without_the_setting_workload_map_definitions_differ_only_where_listed() {
         "e2e recordings, kartograf's precedence: {} of {states} differ",
         differ.len()
     );
-    let listed: Vec<(String, usize, String, String)> = known::E2E_PRECEDENCE
-        .iter()
-        .map(|k| {
-            (
-                k.flow.to_owned(),
-                k.step,
-                k.workload_map.to_owned(),
-                k.kartograf.to_owned(),
-            )
-        })
-        .collect();
+    let listed = known::precedence_rows(known::E2E_PRECEDENCE);
     assert_eq!(differ, listed);
 }
 

@@ -185,6 +185,22 @@ pub struct PrecedenceDifference {
     pub kartograf: &'static str,
 }
 
+/// Listed differences as (flow, step, Workload Map's phase, kartograf's phase), the form the
+/// tests collect what they find in.
+pub fn precedence_rows(listed: &[PrecedenceDifference]) -> Vec<(String, usize, String, String)> {
+    listed
+        .iter()
+        .map(|k| {
+            (
+                k.flow.to_owned(),
+                k.step,
+                k.workload_map.to_owned(),
+                k.kartograf.to_owned(),
+            )
+        })
+        .collect()
+}
+
 /// The recorded states (`fixtures/karta`) where, with Workload Map's own definitions, kartograf's
 /// precedence gives another phase than Workload Map's first matched status (the first entry of
 /// what Workload Map lists, and what `kartograf.io/phase-precedence: workload-map` gives).

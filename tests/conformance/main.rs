@@ -316,17 +316,7 @@ fn without_the_setting_upstream_definitions_keep_kartograf_s_precedence() {
         "upstream definitions: kartograf's phase differs from Workload Map's first matched status on {} of {states} states",
         differ.len()
     );
-    let listed: Vec<(String, usize, String, String)> = known::PRECEDENCE
-        .iter()
-        .map(|k| {
-            (
-                k.flow.to_owned(),
-                k.step,
-                k.workload_map.to_owned(),
-                k.kartograf.to_owned(),
-            )
-        })
-        .collect();
+    let listed = known::precedence_rows(known::PRECEDENCE);
     // Also keeps the setting above tested on at least one state where the two differ.
     assert_eq!(differ, listed);
 }

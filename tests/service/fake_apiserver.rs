@@ -874,21 +874,23 @@ impl FakeApiServer {
         answer(&mut st, write, if created { 201 } else { 200 }, stored)
     }
 
+    /// Answers one request of either transport, its body read whole ([`Self::route_body`]).
+    async fn answer<B: hyper::body::Body>(&self, req: hyper::Request<B>) -> Response<Body> {
+        let (parts, body) = req.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        self.route_body(&parts.method, &parts.uri, &parts.headers, &body)
+    }
+
     /// A kube client talking to this server in-process (no sockets).
     pub fn client(&self) -> ::kube::Client {
         let fake = self.clone();
         let svc = tower::service_fn(move |req: hyper::Request<::kube::client::Body>| {
             let fake = fake.clone();
-            async move {
-                let (parts, body) = req.into_parts();
-                let body = body
-                    .collect()
-                    .await
-                    .map(|c| c.to_bytes())
-                    .unwrap_or_default();
-                let resp = fake.route_body(&parts.method, &parts.uri, &parts.headers, &body);
-                Ok::<_, Infallible>(resp)
-            }
+            async move { Ok::<_, Infallible>(fake.answer(req).await) }
         });
         ::kube::Client::new(svc, "default")
     }
@@ -921,21 +923,7 @@ impl FakeApiServer {
                     let svc = hyper::service::service_fn(
                         move |req: hyper::Request<hyper::body::Incoming>| {
                             let fake = fake.clone();
-                            async move {
-                                let (parts, body) = req.into_parts();
-                                let body = body
-                                    .collect()
-                                    .await
-                                    .map(|c| c.to_bytes())
-                                    .unwrap_or_default();
-                                let resp = fake.route_body(
-                                    &parts.method,
-                                    &parts.uri,
-                                    &parts.headers,
-                                    &body,
-                                );
-                                Ok::<_, Infallible>(resp)
-                            }
+                            async move { Ok::<_, Infallible>(fake.answer(req).await) }
                         },
                     );
                     let _ = hyper::server::conn::http1::Builder::new()

@@ -6,24 +6,16 @@
 //! per-gang verdicts behind `kartograf_gang_intact` / `kartograf_gang_stale`.
 
 use crate::fake_apiserver::FakeApiServer;
-use kartograf::definition::{Catalog, LoadReport};
+use crate::kube::{Running, settings, start_with};
+use kartograf::definition::LoadReport;
 use kartograf::gangs::{self, Format, live};
 use kartograf::index::Index;
 use kartograf::proto::v1 as pb;
-use kartograf::source::definitions::{Layers, Publisher};
-use kartograf::source::kube as source;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const NS: &str = "ml";
-
-struct Running(tokio::task::JoinHandle<()>);
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
 
 /// A fake cluster serving pods, RayClusters, JobSets, Jobs and every gang object kind.
 fn cluster() -> FakeApiServer {
@@ -50,33 +42,10 @@ fn cluster() -> FakeApiServer {
     fake
 }
 
+/// The Kubernetes source over `fake`, as `kube.rs` runs it (fast settings, a publisher).
 fn start(fake: &FakeApiServer) -> (Arc<Index>, Running) {
-    let index = Arc::new(Index::new(Catalog::default(), &[source::SOURCE]));
-    let publisher = Publisher::new(
-        Layers::new(),
-        index.clone(),
-        Arc::new(LoadReport::default()),
-    );
-    publisher.update(|_| {});
-    let settings = source::Settings {
-        rediscover: Duration::from_millis(200),
-        backoff: source::Backoff {
-            initial: Duration::from_millis(20),
-            factor: 2.0,
-            max: Duration::from_millis(500),
-            jitter: false,
-        },
-        startup_attempts: 3,
-        counters: Default::default(),
-        namespace: None,
-    };
-    let task = tokio::spawn(source::run(
-        fake.client(),
-        index.clone(),
-        settings,
-        Some(publisher),
-    ));
-    (index, Running(task))
+    let (index, _, running) = start_with(fake.client(), settings(Duration::from_millis(200)));
+    (index, running)
 }
 
 fn workload(index: &Index, kind: &str, name: &str) -> Option<Arc<pb::Workload>> {
@@ -122,6 +91,14 @@ fn codes(w: &pb::Workload) -> Vec<&str> {
 
 fn has(w: &pb::Workload, code: &str) -> bool {
     codes(w).contains(&code)
+}
+
+/// The workload's diagnostic with this code (the test fails without one).
+fn finding<'a>(w: &'a pb::Workload, code: &str) -> &'a pb::Diagnostic {
+    w.diagnostics
+        .iter()
+        .find(|d| d.code == code)
+        .unwrap_or_else(|| panic!("no {code} in {:?}", w.diagnostics))
 }
 
 /// The verdicts of one root, as the metrics export them.
@@ -248,11 +225,7 @@ async fn kuberay_5205_a_pod_group_left_at_3_after_scaling_to_4_workers_is_stale(
         has(w, "gang_min_stale")
     })
     .await;
-    let d = w
-        .diagnostics
-        .iter()
-        .find(|d| d.code == "gang_min_stale")
-        .unwrap();
+    let d = finding(&w, "gang_min_stale");
     assert!(
         d.message
             .contains("minMember is 3 but gang raycluster needs 5 pods"),
@@ -300,11 +273,7 @@ async fn kuberay_5205_a_suspended_cluster_keeps_a_pod_group_above_what_can_exist
         |w| has(w, "gang_min_stale") && w.pods.is_some_and(|p| p.current == 0),
     )
     .await;
-    let d = w
-        .diagnostics
-        .iter()
-        .find(|d| d.code == "gang_min_stale")
-        .unwrap();
+    let d = finding(&w, "gang_min_stale");
     assert!(
         d.message.contains("above what the workload has"),
         "{}",
@@ -332,11 +301,7 @@ async fn a_gang_that_loses_a_member_after_placement_is_broken_until_it_is_whole(
         has(w, "gang_broken")
     })
     .await;
-    let d = w
-        .diagnostics
-        .iter()
-        .find(|d| d.code == "gang_broken")
-        .unwrap();
+    let d = finding(&w, "gang_broken");
     assert_eq!(d.severity, "error");
     assert!(d.message.contains("2 member(s) placed"), "{}", d.message);
     assert!(!verdicts(ray)[0].intact);
@@ -414,11 +379,7 @@ async fn a_kai_pod_group_with_a_wrong_subgroup_minimum_is_stale() {
         |w| has(w, "gang_subgroup_min_stale"),
     )
     .await;
-    let d = w
-        .diagnostics
-        .iter()
-        .find(|d| d.code == "gang_subgroup_min_stale")
-        .unwrap();
+    let d = finding(&w, "gang_subgroup_min_stale");
     assert!(
         d.message
             .contains("subgroup worker has minMember 3 but the workload needs 2"),
@@ -575,11 +536,7 @@ async fn a_jobset_with_workload_api_objects_verifies_and_catches_a_stale_min_cou
         has(w, "gang_min_stale")
     })
     .await;
-    let d = w
-        .diagnostics
-        .iter()
-        .find(|d| d.code == "gang_min_stale")
-        .unwrap();
+    let d = finding(&w, "gang_min_stale");
     assert!(d.message.contains("gang.minCount is 9"), "{}", d.message);
 }
 

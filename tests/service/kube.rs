@@ -61,7 +61,7 @@ async fn client(fake: &FakeApiServer, http: bool) -> ::kube::Client {
 }
 
 /// Runs the source; aborted when the returned guard drops.
-struct Running(tokio::task::JoinHandle<()>);
+pub(crate) struct Running(tokio::task::JoinHandle<()>);
 impl Drop for Running {
     fn drop(&mut self) {
         self.0.abort();
@@ -69,7 +69,7 @@ impl Drop for Running {
 }
 
 /// Fast settings for tests: short rediscovery and backoff, no jitter.
-fn settings(rediscover: Duration) -> source::Settings {
+pub(crate) fn settings(rediscover: Duration) -> source::Settings {
     source::Settings {
         rediscover,
         backoff: source::Backoff {
@@ -90,7 +90,7 @@ fn start(client: ::kube::Client, rediscover: Duration) -> (Arc<Index>, Running) 
 }
 
 /// Runs the source with a definition publisher (embedded layer + cluster Karta objects).
-fn start_with(
+pub(crate) fn start_with(
     client: ::kube::Client,
     settings: source::Settings,
 ) -> (Arc<Index>, Arc<LoadReport>, Running) {
