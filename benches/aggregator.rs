@@ -18,6 +18,10 @@
 // A counting allocator around mimalloc measures heap per pod: the one use of unsafe code.
 #![allow(unsafe_code)]
 
+#[path = "common/args.rs"]
+#[allow(dead_code)]
+mod args;
+
 #[path = "synth/mod.rs"]
 mod synth;
 
@@ -82,14 +86,9 @@ struct Options {
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args().collect();
-    let bench = args.iter().any(|a| a == "--bench");
-    let value = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse::<usize>().ok())
-    };
+    let args = args::Args::new();
+    let bench = args.bench();
+    let value = |name: &str| args.value::<usize>(name);
     if bench {
         Options {
             pods: value("--pods").unwrap_or(10_000),

@@ -29,6 +29,10 @@
 //! kartograf process with `perf record` into DIR (profiling only: perf's own cost then
 //! shows in the figures).
 
+#[path = "common/args.rs"]
+#[allow(dead_code)]
+mod args;
+
 #[path = "synth/mod.rs"]
 mod synth;
 
@@ -100,14 +104,9 @@ impl Options {
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args().collect();
-    let bench = args.iter().any(|a| a == "--bench");
-    let value = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let args = args::Args::new();
+    let bench = args.bench();
+    let value = |name: &str| args.text(name);
     let secs = |name: &str, bench_default: f64, smoke_default: f64| {
         Duration::from_secs_f64(
             value(name)

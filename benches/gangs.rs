@@ -13,6 +13,10 @@
 //! 100`). Without `--bench` (as `cargo test --benches` runs it) a short smoke run on a few
 //! clusters that fails on any error but judges no goal.
 
+#[path = "common/args.rs"]
+#[allow(dead_code)]
+mod args;
+
 #[path = "../tests/service/fake_apiserver.rs"]
 #[allow(dead_code)]
 mod fake_apiserver;
@@ -42,14 +46,9 @@ struct Options {
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args().collect();
-    let bench = args.iter().any(|a| a == "--bench");
-    let value = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse::<f64>().ok())
-    };
+    let args = args::Args::new();
+    let bench = args.bench();
+    let value = |name: &str| args.value::<f64>(name);
     Options {
         bench,
         clusters: value("--clusters").map_or(if bench { 250 } else { 10 }, |v| v as usize),

@@ -15,6 +15,10 @@
 //! Run: `cargo bench --bench karmada` (options: `-- --rate 1000 --secs 10`). Without
 //! `--bench` (as `cargo test --benches` runs it) a short smoke run that fails on any error.
 
+#[path = "common/args.rs"]
+#[allow(dead_code)]
+mod args;
+
 use serde_json::{Value as Json, json};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -259,15 +263,9 @@ where
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let full = args.iter().any(|a| a == "--bench");
-    let opt = |name: &str, default: f64| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
+    let args = args::Args::new();
+    let full = args.bench();
+    let opt = |name: &str, default: f64| args.value(name).unwrap_or(default);
     // The smoke run (a debug build) goes slower: it checks that everything answers.
     let rate = if full { opt("--rate", 1000.0) } else { 100.0 };
     let secs = if full { opt("--secs", 10.0) } else { 0.5 };

@@ -16,6 +16,10 @@
 // A counting allocator around mimalloc measures heap per pod: the one use of unsafe code.
 #![allow(unsafe_code)]
 
+#[path = "common/args.rs"]
+#[allow(dead_code)]
+mod args;
+
 #[path = "synth/mod.rs"]
 mod synth;
 
@@ -121,14 +125,9 @@ struct Options {
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args().collect();
-    let bench = args.iter().any(|a| a == "--bench");
-    let value = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let args = args::Args::new();
+    let bench = args.bench();
+    let value = |name: &str| args.text(name);
     let sizes = value("--pods").map(|v| {
         v.split(',')
             .filter_map(|s| s.trim().parse().ok())

@@ -11,6 +11,10 @@
 //! Run: `cargo bench --bench service` (add `-- --subscribers 1000,5000 --seconds 10` to change
 //! the size). Without `--bench` (as `cargo test --benches` runs it) it does a tiny smoke run.
 
+#[path = "common/args.rs"]
+#[allow(dead_code)]
+mod args;
+
 use kartograf::definition::{Catalog, LoadReport};
 use kartograf::index::Index;
 use kartograf::proto::v1 as pb;
@@ -33,18 +37,11 @@ struct Options {
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args().collect();
-    let bench = args.iter().any(|a| a == "--bench");
-    let value = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse::<f64>().ok())
-    };
+    let args = args::Args::new();
+    let bench = args.bench();
+    let value = |name: &str| args.value::<f64>(name);
     let list = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
+        args.text(name)
             .map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect())
     };
     if bench {

@@ -396,12 +396,7 @@ pub fn verify(w: &pb::Workload, object: &GangObject, pods: &[MemberPod]) -> Verd
                 "{what}: {} pod(s) name it but are not in gang {}: {}",
                 outside.len(),
                 gang.name,
-                outside
-                    .iter()
-                    .take(5)
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                first_five(&outside)
             ),
         );
     }
@@ -419,12 +414,7 @@ pub fn verify(w: &pb::Workload, object: &GangObject, pods: &[MemberPod]) -> Verd
                     "{what}: {} member(s) of gang {} do not name it: {}",
                     missing.len(),
                     gang.name,
-                    missing
-                        .iter()
-                        .take(5)
-                        .copied()
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    first_five(&missing)
                 ),
             );
         }
@@ -575,6 +565,11 @@ pub fn check_workload(w: &pb::Workload, objects: &[GangObject], pods: &[PodLinks
         out.push(verify(w, o, &members));
     }
     out
+}
+
+/// The first five names of a list, comma-separated (findings name a few, then count).
+fn first_five(names: &[&str]) -> String {
+    names[..names.len().min(5)].join(", ")
 }
 
 #[cfg(test)]
