@@ -550,7 +550,7 @@ fn found(text: &str, expected: &'static str) -> SyntaxError {
 }
 
 /// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`: a label value or the name part of a key.
-fn is_qualified_name_part(s: &str) -> bool {
+pub(crate) fn is_qualified_name_part(s: &str) -> bool {
     let b = s.as_bytes();
     let alnum = |c: &u8| c.is_ascii_alphanumeric();
     b.first().is_some_and(alnum)

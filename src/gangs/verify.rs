@@ -146,7 +146,7 @@ impl GangObject {
                 .and_then(Value::as_i64)
                 .map(|n| ("minMember", n)),
             Family::PodGroup | Family::CompositePodGroup => {
-                workload_api::stated_minimum(&serde_json::json!({"spec": self.spec}))
+                workload_api::stated_minimum(&self.spec)
             }
         }
     }
@@ -430,20 +430,16 @@ pub fn verify(w: &pb::Workload, object: &GangObject, pods: &[MemberPod]) -> Verd
         .collect::<BTreeSet<_>>()
         .len() as u32;
     let minimum = match stated {
-        Some(("minMember" | "gang.minCount", n)) => Some(n),
-        _ => Some(i64::from(gang.min_member)),
+        Some(("minMember" | "gang.minCount", n)) => n,
+        _ => i64::from(gang.min_member),
     };
-    let intact = match minimum {
-        Some(m) => running == 0 || i64::from(running) >= m,
-        None => true,
-    };
+    let intact = running == 0 || i64::from(running) >= minimum;
     if !intact {
         push(
             &mut findings,
             code::BROKEN,
             format!(
-                "{what}: {running} member(s) placed (bound, not finished), below its minimum {}: the gang was placed and has since lost members",
-                minimum.unwrap_or_default()
+                "{what}: {running} member(s) placed (bound, not finished), below its minimum {minimum}: the gang was placed and has since lost members"
             ),
         );
     }
@@ -452,7 +448,7 @@ pub fn verify(w: &pb::Workload, object: &GangObject, pods: &[MemberPod]) -> Verd
         name: object.name.clone(),
         gang: Some(gang.name.clone()),
         running,
-        minimum,
+        minimum: Some(minimum),
         intact,
         stale,
         findings,

@@ -263,10 +263,10 @@ pub fn pod_group_of(pod: &Value) -> Option<&str> {
         .as_str()
 }
 
-/// The minimum a gang object states: `gang.minCount` (PodGroup) or `gang.minGroupCount`
-/// (CompositePodGroup), by name.
-pub fn stated_minimum(object: &Value) -> Option<(&'static str, i64)> {
-    let gang = object.get("spec")?.get("schedulingPolicy")?.get("gang")?;
+/// The minimum a gang object's `spec` states: `gang.minCount` (PodGroup) or
+/// `gang.minGroupCount` (CompositePodGroup), by name.
+pub fn stated_minimum(spec: &Value) -> Option<(&'static str, i64)> {
+    let gang = spec.get("schedulingPolicy")?.get("gang")?;
     if let Some(n) = gang.get("minCount").and_then(Value::as_i64) {
         return Some(("gang.minCount", n));
     }

@@ -133,18 +133,6 @@ impl Batch<'_> {
         self.writer.dirty.clear();
     }
 
-    /// Re-resolves every workload under the catalog in effect.
-    pub fn reresolve(&mut self) {
-        let all: Vec<Uid> = self
-            .index
-            .objects()
-            .iter()
-            .map(|(k, _)| k)
-            .cloned()
-            .collect();
-        self.writer.dirty.extend(all);
-    }
-
     /// Re-resolves what a catalog change can affect: the objects of every kind whose
     /// definitions changed since `previous` and the objects such a kind controls (and,
     /// through them, the workloads they belong to and the objects they own).

@@ -106,7 +106,7 @@ impl Index {
     /// to [`RESOLVE_THREADS`]` - 1` scoped threads (a cold start or a catalog change resolves
     /// thousands of roots at once; each resolution reads the objects under short read locks
     /// and shares nothing else). Each thread takes the next root when it finishes one:
-    /// roots differ widely in cost (a JobSet with a thousand pods beside a Deployment with
+    /// roots differ widely in cost (a workload of a thousand pods beside one of
     /// two), so fixed shares would leave threads idle. Results come in `chunk`'s order.
     fn settle_all(&self, chunk: &[Uid], catalog: &Catalog) -> Vec<Settled> {
         let threads = if chunk.len() < PARALLEL_FROM {

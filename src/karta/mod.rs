@@ -54,13 +54,7 @@ pub fn desired_labels(root: &GroupVersionKind) -> Option<BTreeMap<&'static str, 
 /// A Kubernetes label value: empty, or at most 63 characters of `[A-Za-z0-9._-]` starting
 /// and ending alphanumeric.
 pub fn is_label_value(value: &str) -> bool {
-    let b = value.as_bytes();
-    value.is_empty()
-        || (b.len() <= 63
-            && b.first().is_some_and(u8::is_ascii_alphanumeric)
-            && b.last().is_some_and(u8::is_ascii_alphanumeric)
-            && b.iter()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-')))
+    value.is_empty() || (value.len() <= 63 && crate::board::selector::is_qualified_name_part(value))
 }
 
 /// The labels among [`desired_labels`] that `object` lacks or holds with another value.

@@ -18,12 +18,12 @@ use super::{Body, error, json, query_param};
 use crate::board::{Filter, Published};
 use crate::excerpt::excerpt;
 use crate::proto::v1 as pb;
-use crate::server::{DefinitionsService, Shared};
+use crate::server::{DefinitionsService, Shared, Store};
 use hyper::{Response, StatusCode};
 use pb::definitions_server::Definitions;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// Default rows of a workloads page.
 pub const DEFAULT_PAGE: usize = 100;
@@ -244,22 +244,23 @@ struct Sums {
     unowned_total: usize,
 }
 
-/// The last sums per store (by its address), with what they were computed from: at most
-/// [`SUMS_KEPT`] stores (one per server; tests run several in one process).
-/// A store's address, what its sums were computed from (revision, object writes), the sums.
-type KeptSums = (usize, (u64, u64), Sums);
+/// The last sums per store, with what they were computed from: at most [`SUMS_KEPT`] stores
+/// (one per server; tests run several in one process), those dropped forgotten. A store is
+/// known by a weak reference, which also keeps its address from going to a new store.
+/// The store, what its sums were computed from (revision, object writes), the sums.
+type KeptSums = (Weak<dyn Store>, (u64, u64), Sums);
 static SUMS: parking_lot::Mutex<Vec<KeptSums>> = parking_lot::Mutex::new(Vec::new());
 const SUMS_KEPT: usize = 8;
 
 fn sums(shared: &Shared) -> (Sums, u64) {
     let store = &shared.store;
-    let key = Arc::as_ptr(store).cast::<()>() as usize;
+    let this = |kept: &Weak<dyn Store>| std::ptr::addr_eq(kept.as_ptr(), Arc::as_ptr(store));
     // Read before the scan: a change during it makes the next request scan again.
     let stamp = (store.board().revision(), store.object_writes());
     if let Some((_, _, sums)) = SUMS
         .lock()
         .iter()
-        .find(|(k, s, _)| *k == key && *s == stamp)
+        .find(|(k, s, _)| this(k) && *s == stamp)
     {
         return (sums.clone(), stamp.0);
     }
@@ -313,11 +314,11 @@ fn sums(shared: &Shared) -> (Sums, u64) {
         unowned_total,
     };
     let mut kept = SUMS.lock();
-    kept.retain(|(k, _, _)| *k != key);
+    kept.retain(|(k, _, _)| !this(k) && k.strong_count() > 0);
     if kept.len() >= SUMS_KEPT {
         kept.remove(0);
     }
-    kept.push((key, stamp, sums.clone()));
+    kept.push((Arc::downgrade(store), stamp, sums.clone()));
     (sums, revision)
 }
 
