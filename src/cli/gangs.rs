@@ -110,6 +110,9 @@ fn verify_snapshot(
     for cached in snapshot.objects() {
         match cached {
             Cached::Object(o) => {
+                if !crate::gangs::live::is_gang_object(&o.meta.api_version, &o.meta.kind) {
+                    continue;
+                }
                 let json = crate::expr::value::to_json(&o.value());
                 if let Some(g) = GangObject::from_json(&json)
                     && matches_format(g.family, args.output)
@@ -117,9 +120,7 @@ fn verify_snapshot(
                     objects.push(g);
                 }
             }
-            Cached::Pod(p) => pods.push(PodLinks::from_json(&crate::expr::value::to_json(
-                &p.value(),
-            ))),
+            Cached::Pod(p) => pods.push(PodLinks::of(p)),
         }
     }
     let verdicts = verify::check_workload(workload, &objects, &pods);

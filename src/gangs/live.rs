@@ -81,31 +81,6 @@ pub fn is_gang_object(api_version: &str, kind: &str) -> bool {
     Family::of(api_version, kind).is_some()
 }
 
-/// A pod's links to gang objects, read from its cached projection.
-fn pod_links(p: &Pod) -> PodLinks {
-    let text = |path: &[&str]| {
-        p.packed
-            .lookup(path)
-            .and_then(|v| value::as_str(&v).map(str::to_owned))
-    };
-    let mut names = Vec::new();
-    if let Some(n) = text(&["metadata", "annotations", super::kai::POD_ANNOTATION]) {
-        names.push((Family::Kai, n));
-    }
-    if let Some(n) = text(&["metadata", "labels", super::coscheduling::POD_LABEL]) {
-        names.push((Family::Coscheduling, n));
-    }
-    if let Some(n) = text(&["spec", "schedulingGroup", "podGroupName"]) {
-        names.push((Family::PodGroup, n));
-    }
-    PodLinks {
-        namespace: p.meta.namespace.clone(),
-        name: p.meta.name.clone(),
-        running: !p.node.is_empty() && !p.terminal(),
-        names,
-    }
-}
-
 /// Checks the gang objects `objects` (below the root in its owner chain) against the
 /// freshly resolved `workload`, appends the findings to its diagnostics and records the
 /// verdicts. `root_uid` keys the record; no objects clears it.
@@ -135,7 +110,7 @@ pub fn check(workload: &mut pb::Workload, objects: &[Arc<Object>], pods: &[&Pod]
         .take(MAX_OBJECTS_PER_WORKLOAD)
         .filter_map(|o| GangObject::from_json(&value::to_json(&o.value())))
         .collect();
-    let links: Vec<PodLinks> = pods.iter().map(|p| pod_links(p)).collect();
+    let links: Vec<PodLinks> = pods.iter().map(|p| PodLinks::of(p)).collect();
     let verdicts = verify::check_workload(workload, &gang_objects, &links);
     workload.diagnostics.extend(verify::diagnostics(&verdicts));
     if objects.len() > MAX_OBJECTS_PER_WORKLOAD {

@@ -9,6 +9,8 @@
 //! no pod names yet is matched by the name kartograf would give it.
 
 use super::{MAX_GROUPS, Root, coscheduling, kai, workload_api};
+use crate::expr::value;
+use crate::model::Pod;
 use crate::proto::v1 as pb;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,17 +70,6 @@ impl Family {
             Family::PodGroup => "podgroup",
             Family::CompositePodGroup => "compositepodgroup",
             Family::Coscheduling => "coscheduling",
-        }
-    }
-
-    /// The gang object a pod names, of this family.
-    pub fn named_by(self, pod: &Value) -> Option<&str> {
-        let meta = pod.get("metadata");
-        match self {
-            Family::Kai => meta?.get("annotations")?.get(kai::POD_ANNOTATION)?.as_str(),
-            Family::Coscheduling => meta?.get("labels")?.get(coscheduling::POD_LABEL)?.as_str(),
-            Family::PodGroup => workload_api::pod_group_of(pod),
-            Family::CompositePodGroup => None,
         }
     }
 }
@@ -492,20 +483,29 @@ pub struct PodLinks {
 }
 
 impl PodLinks {
-    /// Reads a pod's links (its KAI annotation, coscheduling label, `schedulingGroup`).
-    pub fn from_json(pod: &Value) -> PodLinks {
-        let s = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
-        let meta = pod.get("metadata");
-        let node = s(pod.get("spec").and_then(|s| s.get("nodeName")));
-        let phase = s(pod.get("status").and_then(|s| s.get("phase")));
+    /// Reads a cached pod's links (its KAI annotation, coscheduling label,
+    /// `schedulingGroup`) from its projection.
+    pub fn of(p: &Pod) -> PodLinks {
+        let text = |path: &[&str]| {
+            p.packed
+                .lookup(path)
+                .and_then(|v| value::as_str(&v).map(str::to_owned))
+        };
+        let mut names = Vec::new();
+        if let Some(n) = text(&["metadata", "annotations", kai::POD_ANNOTATION]) {
+            names.push((Family::Kai, n));
+        }
+        if let Some(n) = text(&["metadata", "labels", coscheduling::POD_LABEL]) {
+            names.push((Family::Coscheduling, n));
+        }
+        if let Some(n) = text(&["spec", "schedulingGroup", "podGroupName"]) {
+            names.push((Family::PodGroup, n));
+        }
         PodLinks {
-            namespace: s(meta.and_then(|m| m.get("namespace"))),
-            name: s(meta.and_then(|m| m.get("name"))),
-            running: !node.is_empty() && !matches!(phase.as_str(), "Succeeded" | "Failed"),
-            names: [Family::Kai, Family::PodGroup, Family::Coscheduling]
-                .into_iter()
-                .filter_map(|f| f.named_by(pod).map(|n| (f, n.to_owned())))
-                .collect(),
+            namespace: p.meta.namespace.clone(),
+            name: p.meta.name.clone(),
+            running: p.holds_resources(),
+            names,
         }
     }
 }

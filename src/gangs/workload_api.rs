@@ -255,14 +255,6 @@ fn min_group_count(g: &pb::GangGroup) -> Result<u32, Rule> {
     Ok(g.min_subgroups)
 }
 
-/// The pod field naming a pod's PodGroup: `spec.schedulingGroup.podGroupName`.
-pub fn pod_group_of(pod: &Value) -> Option<&str> {
-    pod.get("spec")?
-        .get("schedulingGroup")?
-        .get("podGroupName")?
-        .as_str()
-}
-
 /// The minimum a gang object's `spec` states: `gang.minCount` (PodGroup) or
 /// `gang.minGroupCount` (CompositePodGroup), by name.
 pub fn stated_minimum(spec: &Value) -> Option<(&'static str, i64)> {

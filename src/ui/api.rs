@@ -257,11 +257,7 @@ fn sums(shared: &Shared) -> (Sums, u64) {
     let this = |kept: &Weak<dyn Store>| std::ptr::addr_eq(kept.as_ptr(), Arc::as_ptr(store));
     // Read before the scan: a change during it makes the next request scan again.
     let stamp = (store.board().revision(), store.object_writes());
-    if let Some((_, _, sums)) = SUMS
-        .lock()
-        .iter()
-        .find(|(k, s, _)| this(k) && *s == stamp)
-    {
+    if let Some((_, _, sums)) = SUMS.lock().iter().find(|(k, s, _)| this(k) && *s == stamp) {
         return (sums.clone(), stamp.0);
     }
     let (all, revision) = store.board().snapshot(&Filter::default());
