@@ -51,6 +51,29 @@ impl Evaluations {
         Evaluations::new(n, 4 * n)
     }
 
+    /// What `attempt` starts, started again every millisecond while the queue is full
+    /// (RESOURCE_EXHAUSTED) and `room_until` has not passed: a full queue is usually a burst.
+    /// Any other answer, or the last one, is returned.
+    pub async fn retry_while_full<T, F>(
+        room_until: std::time::Instant,
+        mut attempt: impl FnMut() -> F,
+    ) -> Result<T, Status>
+    where
+        F: std::future::Future<Output = Result<T, Status>>,
+    {
+        loop {
+            match attempt().await {
+                Err(s)
+                    if s.code() == tonic::Code::ResourceExhausted
+                        && std::time::Instant::now() < room_until =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Runs `f` on an evaluation thread and waits (asynchronously) for its result.
     /// RESOURCE_EXHAUSTED when the queue is full.
     pub async fn run<T: Send + 'static>(

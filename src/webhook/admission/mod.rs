@@ -73,24 +73,21 @@ pub async fn handle(
     let uid = head.uid.clone();
     let head = std::sync::Arc::new(head);
     let room_until = started + super::karmada::QUEUE_WAIT.min(timeout);
-    let ran = loop {
+    let ran = crate::server::evaluations::Evaluations::retry_while_full(room_until, || {
         let (catalog, head, body) = (catalog.clone(), head.clone(), body.clone());
         let run = shared
             .evaluations
             .run(move || review::answer(mode, &head, &body, &catalog));
-        let ran = match tokio::time::timeout(timeout, run).await {
-            Ok(r) => r,
-            Err(_) => Err(tonic::Status::deadline_exceeded(format!(
-                "the review took longer than {timeout:?}"
-            ))),
-        };
-        match ran {
-            Err(s) if s.code() == tonic::Code::ResourceExhausted && Instant::now() < room_until => {
-                tokio::time::sleep(Duration::from_millis(1)).await;
+        async move {
+            match tokio::time::timeout(timeout, run).await {
+                Ok(r) => r,
+                Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+                    "the review took longer than {timeout:?}"
+                ))),
             }
-            other => break other,
         }
-    };
+    })
+    .await;
     let response = match ran {
         Ok(r) => r,
         Err(status) => Response {

@@ -63,19 +63,13 @@ pub async fn handle(shared: &Shared, body: Bytes, timeout: Duration) -> (StatusC
     let request = std::sync::Arc::new(request);
     // A full queue is usually a burst: wait a little for room before answering 429.
     let room_until = started + QUEUE_WAIT.min(timeout);
-    let ran = loop {
+    let ran = crate::server::evaluations::Evaluations::retry_while_full(room_until, || {
         let (catalog, request) = (catalog.clone(), request.clone());
-        let ran = shared
+        shared
             .evaluations
             .run(move || interpret::answer(&catalog, &request, deadline))
-            .await;
-        match ran {
-            Err(s) if s.code() == tonic::Code::ResourceExhausted && Instant::now() < room_until => {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            other => break other,
-        }
-    };
+    })
+    .await;
     let (response, kind) = match ran {
         Ok(answered) => answered,
         Err(status) => (
