@@ -97,12 +97,13 @@ impl LoadReport {
         self.drift.lock().clone()
     }
 
+    /// The drift findings of one definition; `None` when it was not checked.
+    pub fn drift_checked(&self, definition: &str) -> Option<Vec<String>> {
+        self.drift.lock().get(definition).cloned()
+    }
+
     /// The drift findings of one definition (empty when none, or not checked).
     pub fn drift_of(&self, definition: &str) -> Vec<String> {
-        self.drift
-            .lock()
-            .get(definition)
-            .cloned()
-            .unwrap_or_default()
+        self.drift_checked(definition).unwrap_or_default()
     }
 }

@@ -112,7 +112,7 @@ pub fn dns_label(s: &str) -> Option<String> {
 
 /// Whether `s` is a DNS-1123 label (`[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 bytes).
 pub fn is_dns_label(s: &str) -> bool {
-    s.len() <= 63 && crate::board::selector::is_dns1123_label_chars(s)
+    s.len() <= 63 && crate::model::names::is_dns1123_label_chars(s)
 }
 
 #[cfg(test)]

@@ -54,7 +54,7 @@ pub fn desired_labels(root: &GroupVersionKind) -> Option<BTreeMap<&'static str, 
 /// A Kubernetes label value: empty, or at most 63 characters of `[A-Za-z0-9._-]` starting
 /// and ending alphanumeric.
 pub fn is_label_value(value: &str) -> bool {
-    value.is_empty() || (value.len() <= 63 && crate::board::selector::is_qualified_name_part(value))
+    value.is_empty() || (value.len() <= 63 && crate::model::names::is_qualified_name_part(value))
 }
 
 /// The labels among [`desired_labels`] that `object` lacks or holds with another value.

@@ -238,7 +238,7 @@ impl Reconciler {
             .await
             .ok()?;
         let (validation, drift) = match verdict {
-            Ok(def) => (Ok(()), self.report.drift().get(&def.name).cloned()),
+            Ok(def) => (Ok(()), self.report.drift_checked(&def.name)),
             Err(errors) => (Err(conditions::ValidationFailed { errors }), None),
         };
         Some(Facts {

@@ -4,6 +4,7 @@
 //! above `expr` and `definition`.
 
 pub mod memo;
+pub mod names;
 pub mod object;
 pub mod ownership;
 mod peek;

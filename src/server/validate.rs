@@ -9,10 +9,11 @@
 //! `%` (any object's name must pass this), kinds are DNS-1035 labels once lower-cased,
 //! `apiVersion` is `version` or `group/version` with a DNS-1123 subdomain group.
 
-use crate::board::selector::{self, is_dns1123_label_chars, is_dns1123_subdomain};
+use crate::board::selector;
 use crate::board::{Filter, TotalsKey};
 use crate::excerpt::{STATUS_BYTES, echo, excerpt};
 use crate::model::ObjectMeta;
+use crate::model::names::{is_dns1123_label_chars, is_dns1123_subdomain};
 use crate::proto::v1 as pb;
 use tonic::Status;
 
