@@ -954,10 +954,10 @@ impl Cx<'_> {
     }
 }
 
-/// One finding per (expression, failing place, code): a path prefix that fails fails every
-/// path below it.
+/// One finding per (expression, failing place, code, schema): a path prefix that fails fails
+/// every path below it; each release line checked keeps its own.
 fn dedup(findings: &mut Vec<Finding>) {
-    let mut seen: Vec<(String, String, &'static str, String)> = Vec::new();
+    let mut seen: Vec<(String, String, &'static str, String, String)> = Vec::new();
     findings.retain(|f| {
         let by_place = matches!(
             f.code,
@@ -972,6 +972,7 @@ fn dedup(findings: &mut Vec<Finding>) {
             } else {
                 f.message.clone()
             },
+            f.schema.clone(),
         );
         if seen.contains(&key) {
             false
