@@ -479,6 +479,19 @@ fn compile_component(
         .spec_definition
         .as_ref()
         .and_then(|s| compile_spec(cx, s, &format!("{path}.specDefinition")));
+    let (extended_resources, gpu_resource_names) = match &c.spec_definition {
+        Some(s) => (
+            cx.expr(
+                &format!("{path}.specDefinition.extendedResourcesPath"),
+                &s.extended_resources_path,
+            ),
+            cx.expr(
+                &format!("{path}.specDefinition.gpuResourceNamesPath"),
+                &s.gpu_resource_names_path,
+            ),
+        ),
+        None => (None, None),
+    };
     let scale = c.scale_definition.clone().unwrap_or_default();
     let sp = format!("{path}.scaleDefinition");
     let replicas = cx.expr(&format!("{sp}.replicasPath"), &scale.replicas_path);
@@ -545,6 +558,8 @@ fn compile_component(
         parent,
         children: Vec::new(),
         spec,
+        extended_resources,
+        gpu_resource_names,
         replicas,
         min_replicas,
         max_replicas,

@@ -200,6 +200,14 @@ pub struct SpecDefinition {
     /// Pod spec pieces scattered over the object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fragmented_pod_spec_definition: Option<FragmentedPodSpecDefinition>,
+    /// Extension: jq to a resource list (name to quantity) per instance that the controller
+    /// adds to each pod beyond what the spec shape shows (a device per passthrough GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extended_resources_path: Option<String>,
+    /// Extension: jq to names of resources that count as one whole GPU per unit, in this
+    /// workload's templates and pods (device-plugin names such as a GPU's PCI model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_resource_names_path: Option<String>,
 }
 
 /// `fragmentedPodSpecDefinition`: each path optional.

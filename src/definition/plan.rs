@@ -71,6 +71,10 @@ pub struct Component {
     pub children: Vec<usize>,
     /// Where this component's pod spec lives; `Some` makes it pod-bearing.
     pub spec: Option<PodSpecSource>,
+    /// `specDefinition.extendedResourcesPath` (extension): requests added per pod.
+    pub extended_resources: Option<Compiled>,
+    /// `specDefinition.gpuResourceNamesPath` (extension): resource names counted as GPUs.
+    pub gpu_resource_names: Option<Compiled>,
     /// `replicasPath`.
     pub replicas: Option<Compiled>,
     /// `minReplicasPath`.

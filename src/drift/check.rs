@@ -24,11 +24,19 @@ impl Schemas {
         Schemas { crds }
     }
 
-    /// The CRD of `group`/`kind`.
+    /// The CRD of `group`/`kind` (the first given, when several are).
     pub fn crd(&self, group: &str, kind: &str) -> Option<&Crd> {
         self.crds
             .iter()
             .find(|c| c.group == group && c.kind == kind)
+    }
+
+    /// Every CRD given for `group`/`kind`, in order: several releases of one framework
+    /// (release lines) can be checked in one run.
+    pub fn crds_of<'a>(&'a self, group: &'a str, kind: &'a str) -> impl Iterator<Item = &'a Crd> {
+        self.crds
+            .iter()
+            .filter(move |c| c.group == group && c.kind == kind)
     }
 }
 
@@ -138,9 +146,54 @@ struct Analysed {
 
 /// Checks one definition against `schemas`. `covered` are the root kinds all definitions in
 /// effect cover (a newer CRD version that one of them covers is not reported).
+///
+/// When several CRDs of the root kind are given (releases of one framework), the definition
+/// is checked against each; the report holds the findings of all of them, its `schema`
+/// names every one, and its counts are those of the first.
 pub fn check_definition(
     def: &Definition,
     schemas: &Schemas,
+    covered: &[GroupVersionKind],
+) -> DefinitionReport {
+    let root = &def.root_kind;
+    let is_core = (root.group.is_empty() && root.kind == "Pod")
+        || Core::get()
+            .kind(&root.group, &root.version, &root.kind)
+            .is_some();
+    let lines: Vec<&Crd> = if is_core {
+        Vec::new()
+    } else {
+        schemas.crds_of(&root.group, &root.kind).collect()
+    };
+    let mut reports = lines
+        .iter()
+        .map(|crd| check_against(def, schemas, Some(crd), covered));
+    let Some(mut first) = reports.next() else {
+        return check_against(def, schemas, None, covered);
+    };
+    for r in reports {
+        if let Some(label) = r.schema {
+            first.schema = Some(match first.schema.take() {
+                Some(s) => format!("{s}; {label}"),
+                None => label,
+            });
+        }
+        first.findings.extend(r.findings);
+        for n in r.not_checked {
+            if !first.not_checked.contains(&n) {
+                first.not_checked.push(n);
+            }
+        }
+    }
+    dedup(&mut first.findings);
+    first
+}
+
+/// [`check_definition`] against one CRD of the root kind (`None`: the first given).
+fn check_against(
+    def: &Definition,
+    schemas: &Schemas,
+    root_crd: Option<&Crd>,
     covered: &[GroupVersionKind],
 ) -> DefinitionReport {
     let root = &def.root_kind;
@@ -194,7 +247,7 @@ pub fn check_definition(
             projected: false,
             crd: None,
         })
-    } else if let Some(crd) = schemas.crd(&root.group, &root.kind) {
+    } else if let Some(crd) = root_crd.or_else(|| schemas.crd(&root.group, &root.kind)) {
         cx.versions(crd, root, covered, &analysed);
         crd.version(&root.version)
             .filter(|v| v.served)
@@ -901,10 +954,10 @@ impl Cx<'_> {
     }
 }
 
-/// One finding per (expression, failing place, code): a path prefix that fails fails every
-/// path below it.
+/// One finding per (expression, failing place, code, schema): a path prefix that fails fails
+/// every path below it; each release line checked keeps its own.
 fn dedup(findings: &mut Vec<Finding>) {
-    let mut seen: Vec<(String, String, &'static str, String)> = Vec::new();
+    let mut seen: Vec<(String, String, &'static str, String, String)> = Vec::new();
     findings.retain(|f| {
         let by_place = matches!(
             f.code,
@@ -919,6 +972,7 @@ fn dedup(findings: &mut Vec<Finding>) {
             } else {
                 f.message.clone()
             },
+            f.schema.clone(),
         );
         if seen.contains(&key) {
             false

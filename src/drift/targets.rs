@@ -181,6 +181,18 @@ fn component(c: &mut Collect, comp: &ComponentDefinition, path: &str) {
             w,
             Role::Metadata,
         );
+        c.add(
+            format!("{sp}.extendedResourcesPath"),
+            spec.extended_resources_path.as_ref(),
+            w,
+            Role::Any,
+        );
+        c.add(
+            format!("{sp}.gpuResourceNamesPath"),
+            spec.gpu_resource_names_path.as_ref(),
+            w,
+            Role::Any,
+        );
         if let Some(f) = &spec.fragmented_pod_spec_definition {
             let fp = format!("{sp}.fragmentedPodSpecDefinition");
             let fields = [

@@ -111,6 +111,17 @@ pub fn gpu_weight(name: &str) -> f64 {
     }
 }
 
+/// Whole GPUs in `raw` under `names` that [`gpu_weight`] does not count already: resources a
+/// definition declares as GPUs (`gpuResourceNamesPath`), one whole GPU per unit.
+pub fn named_gpus(raw: &BTreeMap<Name, i128>, names: &[Name]) -> f64 {
+    names
+        .iter()
+        .filter(|n| gpu_weight(n) == 0.0)
+        .filter_map(|n| raw.get(n))
+        .map(|v| *v as f64 / 1000.0)
+        .sum()
+}
+
 /// Largest quantity counted, in units: 2^63-1, the range of a Kubernetes quantity's integer
 /// value. A larger (or negative) request or limit is not counted and is reported.
 pub const MAX_QUANTITY_UNITS: i128 = i64::MAX as i128;
@@ -363,6 +374,16 @@ pub fn fragmented_request(
         sum = requirements(resources, bad);
     }
     sum
+}
+
+/// Adds a resource list (name to quantity, as `extendedResourcesPath` yields it) to `sum`;
+/// quantities that are not counted are reported in `bad`.
+pub fn add_resource_list(
+    sum: &mut BTreeMap<Name, i128>,
+    list: Option<&Val>,
+    bad: &mut Vec<BadQuantity>,
+) {
+    add_into(sum, &resource_list(list, bad));
 }
 
 /// The fraction of a GPU a KAI `gpu-fraction` annotation asks for (0 when absent or invalid).

@@ -175,6 +175,33 @@ impl Resolver<'_> {
             .collect()
     }
 
+    /// The resource names the definition's `gpuResourceNamesPath`s count as whole GPUs:
+    /// strings, or arrays of strings, deduplicated and sorted. Other outputs are ignored.
+    pub(super) fn gpu_resource_names(&mut self) -> Vec<resources::Name> {
+        let mut names: Vec<resources::Name> = Vec::new();
+        for c in 0..self.def.components.len() {
+            let comp = &self.def.components[c];
+            let Some(expr) = &comp.gpu_resource_names else {
+                continue;
+            };
+            let component = comp.name.clone();
+            for v in self.eval_root(expr, &component).unwrap_or_default() {
+                let items: &[Val] = match &v {
+                    Val::Arr(items) => items,
+                    _ => std::slice::from_ref(&v),
+                };
+                for item in items {
+                    if let Some(s) = as_str(item).filter(|s| !s.is_empty()) {
+                        names.push(s.into());
+                    }
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Per-pod request of each instance and whether the spec exists.
     fn instance_amounts(&mut self, c: usize, count: usize) -> Vec<(Amounts, bool)> {
         let comp = &self.def.components[c];
@@ -276,6 +303,18 @@ impl Resolver<'_> {
                     .collect()
             }
         };
+        let mut result = result;
+        if let Some(expr) = &comp.extended_resources {
+            let lists = self.positional(expr, count, name);
+            for ((amounts, has_spec), list) in result.iter_mut().zip(&lists) {
+                if *has_spec && list.as_ref().is_some_and(|l| !matches!(l, Val::Null)) {
+                    resources::add_resource_list(&mut amounts.raw, list.as_ref(), &mut bad);
+                }
+            }
+        }
+        for (amounts, _) in result.iter_mut() {
+            amounts.gpu_fraction += resources::named_gpus(&amounts.raw, &self.gpu_names);
+        }
         if let Some(all) = self.kept_specs.as_mut() {
             kept.resize(count, None);
             all.resize(c, Vec::new());

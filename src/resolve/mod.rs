@@ -17,7 +17,7 @@ mod tree;
 use crate::definition::Definition;
 use crate::definition::plan::{Compiled, GangPlan};
 
-use crate::model::resources::{Amounts, BadQuantity, Fault};
+use crate::model::resources::{self, Amounts, BadQuantity, Fault, Name};
 use crate::model::{Object, Pod};
 use crate::proto::v1 as pb;
 use diagnostics::{Diagnostics, ERROR, INFO, WARNING, code};
@@ -61,6 +61,8 @@ pub struct Prepared {
     diagnostics: Vec<pb::Diagnostic>,
     /// `minMemberPath` results for this root version (see [`MinMemberKey`]).
     min_members: Arc<Mutex<HashMap<MinMemberKey, MinMember>>>,
+    /// Resource names the definition counts as whole GPUs for this root version.
+    gpu_names: Vec<Name>,
 }
 
 /// A `minMemberPath` evaluation: the expression (its address in the definition), the gang's
@@ -182,6 +184,7 @@ pub fn prepare_with(
     } else {
         pb::Status::default()
     };
+    r.gpu_names = r.gpu_resource_names();
     let specs = (0..definition.components.len())
         .map(|c| r.extract(c))
         .collect();
@@ -191,6 +194,7 @@ pub fn prepare_with(
         pod_specs: r.kept_specs.take().unwrap_or_default(),
         diagnostics: r.diags.into_vec(),
         min_members: Arc::default(),
+        gpu_names: std::mem::take(&mut r.gpu_names),
     }
 }
 
@@ -233,6 +237,7 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
         r.note_pod_problems(pod);
     }
     let status = prepared.status.clone();
+    r.gpu_names.clone_from(&prepared.gpu_names);
     let root_component = r.build_tree(&prepared.specs);
     let gang = r.gangs();
 
@@ -265,6 +270,7 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
         }
         if pod.holds_resources() {
             current.add(&pod.request);
+            current.gpu_fraction += resources::named_gpus(&pod.request.raw, &r.gpu_names);
         }
         let mut placement = r.claimed[i].clone().unwrap_or_default();
         placement.gang_group = r.pod_gang[i].clone();
@@ -547,6 +553,8 @@ struct Resolver<'a> {
     slots_by_component: Vec<Vec<usize>>,
     /// When kept: each component's instances' pod specs, in component order.
     kept_specs: Option<Vec<Vec<Option<Val>>>>,
+    /// Resource names the definition counts as whole GPUs (`gpuResourceNamesPath`).
+    gpu_names: Vec<Name>,
 }
 
 impl<'a> Resolver<'a> {
@@ -571,6 +579,7 @@ impl<'a> Resolver<'a> {
             native: Native::new(),
             slots_by_component: Vec::new(),
             kept_specs: None,
+            gpu_names: Vec::new(),
         }
     }
 

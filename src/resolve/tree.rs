@@ -12,6 +12,7 @@ use super::{Answer, Asked, Resolver, Slot};
 use crate::definition::plan::TypeSelector;
 use crate::expr::value::to_text;
 use crate::model::Pod;
+use crate::model::resources;
 use crate::proto::v1 as pb;
 use jaq_json::Val;
 use std::collections::{BTreeMap, BTreeSet};
@@ -208,6 +209,8 @@ impl Resolver<'_> {
                 slot.ready += u32::from(pod.ready);
                 if pod.holds_resources() {
                     slot.current_amounts.add(&pod.request);
+                    slot.current_amounts.gpu_fraction +=
+                        resources::named_gpus(&pod.request.raw, &self.gpu_names);
                 }
             }
             self.slots[s].own = own;

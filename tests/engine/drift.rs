@@ -581,3 +581,56 @@ fn check_cli_passes_the_catalog_and_fails_on_drift() {
         "{line}"
     );
 }
+
+/// Several CRDs of one kind (releases of one framework) are each checked: a path that only the
+/// newer release has is drift against the older one, whichever file comes first.
+#[test]
+fn every_release_line_of_a_kind_is_checked() {
+    let line = |file: &str| Crd::from_json(&crd_json(file), file).unwrap().unwrap();
+    let old = line("kubevirt-virtualmachineinstance-v1.4.0.json");
+    let new = line("kubevirt-virtualmachineinstance.json");
+    // KubeVirt v1.9 added DRA claims to GPUs (`claimName`, `requestName`); v1.4 has no such field.
+    let def = compile(
+        r#"
+apiVersion: run.ai/v1alpha1
+kind: Karta
+spec:
+  structureDefinition:
+    rootComponent:
+      name: vmi
+      kind: {group: kubevirt.io, version: v1, kind: VirtualMachineInstance}
+      specDefinition:
+        fragmentedPodSpecDefinition:
+          resourcesPath: .spec.domain.resources
+        gpuResourceNamesPath: '.spec.domain.devices.gpus[] | select(.claimName == null) | .deviceName'
+      statusDefinition:
+        phaseDefinition: {path: .status.phase}
+        statusMappings:
+          running: [{byPhase: Running}]
+"#,
+    );
+    for order in [
+        vec![new.clone(), old.clone()],
+        vec![old.clone(), new.clone()],
+    ] {
+        let r = check(&def, order);
+        let errs = errors(&r);
+        assert_eq!(errs.len(), 1, "{:#?}", r.findings);
+        let f = find(&r, code::UNKNOWN_FIELD, "gpuResourceNamesPath");
+        assert!(f.schema.contains("v1.4.0"), "{f:?}");
+        let schema = r.schema.as_deref().unwrap_or_default();
+        assert!(
+            schema.contains("kubevirt-virtualmachineinstance.json")
+                && schema.contains("kubevirt-virtualmachineinstance-v1.4.0.json"),
+            "{schema}"
+        );
+    }
+    // Against the newer release alone it fits.
+    assert!(errors(&check(&def, vec![new])).is_empty());
+    // The catalog's VMI definition reads only what both releases have.
+    let r = check(
+        &definition("kubevirt-io-virtualmachineinstance-v1"),
+        vec![old, line("kubevirt-virtualmachineinstance.json")],
+    );
+    assert!(errors(&r).is_empty(), "{:#?}", r.findings);
+}

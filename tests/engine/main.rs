@@ -19,6 +19,7 @@ mod drift;
 mod fuzz;
 mod gang_objects;
 mod gangs;
+mod gpu_names;
 mod jq_compat;
 mod layers;
 mod malformed;

@@ -714,7 +714,7 @@ def test_list_paging(server, api):
     pb = api.pb
     everything = list_all(server, api)
     keys = [ref_key(w) for w in everything]
-    assert len(keys) == 34, "the demo cluster has 34 root workloads"
+    assert len(keys) == 44, "the demo cluster has 44 root workloads"
     assert len(set(keys)) == len(keys)
     # Sorted by namespace, kind, name.
     assert keys == sorted(keys, key=lambda k: (k[1], k[0], k[2]))
@@ -734,8 +734,8 @@ def test_list_paging(server, api):
         if not token:
             break
         assert len(reply.workloads) == 5, "every page but the last is full"
-        assert len(pages) <= 34, "paging does not end"
-    assert [len(p) for p in pages] == [5] * 6 + [4]
+        assert len(pages) <= 44, "paging does not end"
+    assert [len(p) for p in pages] == [5] * 8 + [4]
     assert [k for page in pages for k in page] == keys
     assert all(len(w.components) == 0 for w in reply.workloads), "the view applies to List"
 

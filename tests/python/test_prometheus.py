@@ -95,7 +95,7 @@ IDLE_BELOW = 5  # % (the threshold of workload:kartograf_gpus_idle:count)
 # strays.yaml: the pod in no workload, as the kubelet reports it.
 ORPHAN = ("ml", "llama-eval-workers-0-0-h7t2q", "gpu-node-9", 4)
 UNCLAIMED_POD = ("ml", "llama-train-debug-7kq2d")
-ARGO_POD = ("ml", "embed-corpus-embed-2719048201")
+FLYTE_POD = ("ml", "embed-corpus-n1-0")
 
 # Dashboard panels whose series cannot exist for a `--manifests` server (no Kubernetes
 # informers run): their queries must execute and come back empty.
@@ -912,8 +912,8 @@ def test_edits_and_strays_reach_prometheus(stack):
     assert (labels["workload_kind"], labels["workload_name"]) == ("JobSet", "llama-train")
     assert "component" not in labels
     # A controller kind without a definition: its own Pod workload.
-    [(labels, _)] = prom.query('kartograf_pod_workload_info{pod="%s"}' % ARGO_POD[1])
-    assert (labels["workload_kind"], labels["workload_name"]) == ("Pod", ARGO_POD[1])
+    [(labels, _)] = prom.query('kartograf_pod_workload_info{pod="%s"}' % FLYTE_POD[1])
+    assert (labels["workload_kind"], labels["workload_name"]) == ("Pod", FLYTE_POD[1])
 
     def join_problems():
         _, utils, devices = expected_join(stack)
@@ -938,7 +938,7 @@ def test_edits_and_strays_reach_prometheus(stack):
     )
     assert devices[("ml", "JobSet", "llama-train")] == 16
     assert devices[("ml", "JobSet", "llama-train-b")] == 12
-    assert devices[("ml", "Pod", ARGO_POD[1])] == 2
+    assert devices[("ml", "Pod", FLYTE_POD[1])] == 2
 
     assert check_dashboard(stack, EMPTY_FOR_MANIFESTS) >= 20
     assert check_doc(stack, DEMO_WITH_STRAYS) == 4
