@@ -30,6 +30,13 @@ impl Amounts {
         self.gpu_fraction += other.gpu_fraction;
     }
 
+    /// Adds `other` like [`Amounts::add`], and also counts its resources under `gpu_names`
+    /// (a definition's `gpuResourceNamesPath`) as whole GPUs ([`named_gpus`]).
+    pub fn add_with_named_gpus(&mut self, other: &Amounts, gpu_names: &[Name]) {
+        self.add(other);
+        self.gpu_fraction += named_gpus(&other.raw, gpu_names);
+    }
+
     /// `self` multiplied by `n` (saturating).
     pub fn times(&self, n: u32) -> Amounts {
         Amounts {

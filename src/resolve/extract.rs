@@ -210,7 +210,7 @@ impl Resolver<'_> {
         let mut claims = 0usize;
         let keep = self.kept_specs.is_some();
         let mut kept: Vec<Option<Val>> = Vec::new();
-        let result: Vec<(Amounts, bool)> = match &comp.spec {
+        let mut result: Vec<(Amounts, bool)> = match &comp.spec {
             None => vec![(Amounts::default(), false); count],
             Some(PodSpecSource::Template(expr)) => self
                 .positional(expr, count, name)
@@ -303,7 +303,6 @@ impl Resolver<'_> {
                     .collect()
             }
         };
-        let mut result = result;
         if let Some(expr) = &comp.extended_resources {
             let lists = self.positional(expr, count, name);
             for ((amounts, has_spec), list) in result.iter_mut().zip(&lists) {

@@ -17,7 +17,7 @@ mod tree;
 use crate::definition::Definition;
 use crate::definition::plan::{Compiled, GangPlan};
 
-use crate::model::resources::{self, Amounts, BadQuantity, Fault, Name};
+use crate::model::resources::{Amounts, BadQuantity, Fault, Name};
 use crate::model::{Object, Pod};
 use crate::proto::v1 as pb;
 use diagnostics::{Diagnostics, ERROR, INFO, WARNING, code};
@@ -62,7 +62,7 @@ pub struct Prepared {
     /// `minMemberPath` results for this root version (see [`MinMemberKey`]).
     min_members: Arc<Mutex<HashMap<MinMemberKey, MinMember>>>,
     /// Resource names the definition counts as whole GPUs for this root version.
-    gpu_names: Vec<Name>,
+    gpu_names: Arc<[Name]>,
 }
 
 /// A `minMemberPath` evaluation: the expression (its address in the definition), the gang's
@@ -184,7 +184,7 @@ pub fn prepare_with(
     } else {
         pb::Status::default()
     };
-    r.gpu_names = r.gpu_resource_names();
+    r.gpu_names = r.gpu_resource_names().into();
     let specs = (0..definition.components.len())
         .map(|c| r.extract(c))
         .collect();
@@ -194,7 +194,7 @@ pub fn prepare_with(
         pod_specs: r.kept_specs.take().unwrap_or_default(),
         diagnostics: r.diags.into_vec(),
         min_members: Arc::default(),
-        gpu_names: std::mem::take(&mut r.gpu_names),
+        gpu_names: Arc::clone(&r.gpu_names),
     }
 }
 
@@ -237,7 +237,7 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
         r.note_pod_problems(pod);
     }
     let status = prepared.status.clone();
-    r.gpu_names.clone_from(&prepared.gpu_names);
+    r.gpu_names = Arc::clone(&prepared.gpu_names);
     let root_component = r.build_tree(&prepared.specs);
     let gang = r.gangs();
 
@@ -269,8 +269,7 @@ pub fn resolve(input: &Input<'_>) -> Resolution {
             pods.ready += 1;
         }
         if pod.holds_resources() {
-            current.add(&pod.request);
-            current.gpu_fraction += resources::named_gpus(&pod.request.raw, &r.gpu_names);
+            current.add_with_named_gpus(&pod.request, &r.gpu_names);
         }
         let mut placement = r.claimed[i].clone().unwrap_or_default();
         placement.gang_group = r.pod_gang[i].clone();
@@ -554,7 +553,7 @@ struct Resolver<'a> {
     /// When kept: each component's instances' pod specs, in component order.
     kept_specs: Option<Vec<Vec<Option<Val>>>>,
     /// Resource names the definition counts as whole GPUs (`gpuResourceNamesPath`).
-    gpu_names: Vec<Name>,
+    gpu_names: Arc<[Name]>,
 }
 
 impl<'a> Resolver<'a> {
@@ -579,7 +578,7 @@ impl<'a> Resolver<'a> {
             native: Native::new(),
             slots_by_component: Vec::new(),
             kept_specs: None,
-            gpu_names: Vec::new(),
+            gpu_names: Arc::from([]),
         }
     }
 

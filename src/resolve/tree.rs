@@ -12,7 +12,6 @@ use super::{Answer, Asked, Resolver, Slot};
 use crate::definition::plan::TypeSelector;
 use crate::expr::value::to_text;
 use crate::model::Pod;
-use crate::model::resources;
 use crate::proto::v1 as pb;
 use jaq_json::Val;
 use std::collections::{BTreeMap, BTreeSet};
@@ -208,9 +207,8 @@ impl Resolver<'_> {
                 slot.current += u32::from(!pod.terminal());
                 slot.ready += u32::from(pod.ready);
                 if pod.holds_resources() {
-                    slot.current_amounts.add(&pod.request);
-                    slot.current_amounts.gpu_fraction +=
-                        resources::named_gpus(&pod.request.raw, &self.gpu_names);
+                    slot.current_amounts
+                        .add_with_named_gpus(&pod.request, &self.gpu_names);
                 }
             }
             self.slots[s].own = own;

@@ -488,10 +488,10 @@ async fn gpu_pods_outside_workloads_are_exported() {
         ),
         1.0
     );
-    // A controller kind without a definition: the pod is its own Pod workload.
-    let argo = joined(&text, "embed-corpus-embed-2719048201").expect("the Argo pod is joined");
-    assert_eq!(argo["workload_kind"], "Pod");
-    assert_eq!(argo["workload_api_version"], "v1");
+    // A controller kind without a definition (Flyte): the pod is its own Pod workload.
+    let flyte = joined(&text, "embed-corpus-n1-0").expect("the Flyte pod is joined");
+    assert_eq!(flyte["workload_kind"], "Pod");
+    assert_eq!(flyte["workload_api_version"], "v1");
     // Its Job is gone: in no workload, exported with its GPUs and controller, and only it.
     assert!(joined(&text, "llama-eval-workers-0-0-h7t2q").is_none());
     let unowned = samples(&text, "kartograf_unowned_pod_gpus");
