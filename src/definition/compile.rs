@@ -11,10 +11,10 @@
 //! have no pods, v2 subgroups naming no component, unnamed or duplicate pod groups, condition
 //! matchers without a type, suspend action values that are not JSON-encoded.
 
-use super::{DefinitionError, LoadOptions};
 use super::breaker::Breaker;
 use super::model::*;
 use super::plan::*;
+use super::{DefinitionError, LoadOptions};
 use crate::expr::{CompileError, Expr};
 use std::collections::HashMap;
 

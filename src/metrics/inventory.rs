@@ -248,7 +248,8 @@ fn unattributed(index: &Index, w: &pb::Workload) -> Vec<AttributedPod> {
         ..Default::default()
     };
     index
-        .workload(&by_uid)
+        .published(&by_uid)
+        .map(|p| p.graph())
         .map(|full| {
             full.unattributed_pods
                 .iter()
@@ -473,7 +474,10 @@ impl Collector for Inventory {
             "1 for the normalized phase a workload is in (only the current phase is exported)",
             workloads.iter().zip(&refs).map(|((w, _), r)| {
                 let phase = w.status.as_ref().map_or(0, |s| s.phase);
-                (with(r, "phase", crate::proto::phase_name(phase).to_owned()), 1i64)
+                (
+                    with(r, "phase", crate::proto::phase_name(phase).to_owned()),
+                    1i64,
+                )
             }),
         )?;
         gauges(

@@ -1,9 +1,9 @@
 //! kartograf's reading of one recorded workload object: resolved offline (no pods, as
 //! upstream's replay reads the CR alone) with a given catalog.
 
-use kartograf::proto::phase_name;
 use kartograf::definition::Catalog;
 use kartograf::expr::Limits;
+use kartograf::proto::phase_name;
 use kartograf::proto::v1 as pb;
 use kartograf::source::offline::Snapshot;
 use serde_json::Value;
