@@ -346,13 +346,26 @@ fn two_loaders_in_one_process_keep_their_own_phase_precedence() {
             assert_eq!(d.phase_precedence, PhasePrecedence::Kartograf, "{}", d.name);
         }
     }
-    // The embedded catalog keeps kartograf's whatever a loader sets.
-    let mut layers = kartograf::definition::layers::Layers::new(workload_map);
-    let (catalog, _) = layers.build();
-    assert_eq!(catalog.options(), workload_map);
-    assert!(
-        catalog
-            .definitions()
-            .all(|d| d.phase_precedence == PhasePrecedence::Kartograf)
-    );
+    // The embedded catalog keeps kartograf's whatever a loader sets; a cluster Karta object
+    // follows the layers' options.
+    let text = std::fs::read_to_string(&dir).expect("fixture");
+    let object = kartograf::manifest::parse_documents(&text)
+        .expect("parses")
+        .remove(0);
+    for options in [workload_map, LoadOptions::default()] {
+        let mut layers = kartograf::definition::layers::Layers::new(options);
+        assert!(layers.apply_cluster("k", "cluster:k", &object));
+        let (catalog, errors) = layers.build();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(catalog.options(), options);
+        for d in catalog.definitions() {
+            let expected = if d.origin == "cluster:k" {
+                options.phase_precedence
+            } else {
+                PhasePrecedence::Kartograf
+            };
+            assert_eq!(d.phase_precedence, expected, "{} ({})", d.name, d.origin);
+        }
+        assert!(catalog.definitions().any(|d| d.origin == "cluster:k"));
+    }
 }

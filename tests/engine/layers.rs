@@ -360,7 +360,10 @@ fn the_circle_check_sees_a_circle_between_two_files() {
         sibling_refs(&client, "cli", &siblings),
         vec!["tree".to_owned(), "gangs".to_owned()]
     );
-    assert_eq!(sibling_refs(&gangs, "cli", &siblings), vec!["client".to_owned()]);
+    assert_eq!(
+        sibling_refs(&gangs, "cli", &siblings),
+        vec!["client".to_owned()]
+    );
     let edges: BTreeMap<String, Vec<String>> = [
         ("client".to_owned(), sibling_refs(&client, "cli", &siblings)),
         ("gangs".to_owned(), sibling_refs(&gangs, "cli", &siblings)),
@@ -368,7 +371,10 @@ fn the_circle_check_sees_a_circle_between_two_files() {
     ]
     .into_iter()
     .collect();
-    assert_eq!(circles(&edges), vec!["client -> gangs -> client".to_owned()]);
+    assert_eq!(
+        circles(&edges),
+        vec!["client -> gangs -> client".to_owned()]
+    );
     // Without the arrow back there is none.
     let mut open = edges.clone();
     open.insert("gangs".to_owned(), Vec::new());
