@@ -113,7 +113,7 @@ fn verify_snapshot(
     for cached in snapshot.objects() {
         match cached {
             Cached::Object(o) => {
-                if !crate::gangs::verify::Family::of(&o.meta.api_version, &o.meta.kind).is_some() {
+                if crate::gangs::verify::Family::of(&o.meta.api_version, &o.meta.kind).is_none() {
                     continue;
                 }
                 let json = crate::expr::value::to_json(&o.value());
