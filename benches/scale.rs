@@ -233,7 +233,7 @@ fn memory(pods: usize) {
             .collect();
         index.batch().write(Write::Reset {
             source: "synth".into(),
-            items: items,
+            items,
         });
     }
     let relist_peak = peak() - heap0;
