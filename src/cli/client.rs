@@ -497,7 +497,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
                                 r.kind,
                                 r.namespace,
                                 r.name,
-                                tree::phase_name(w.status.map_or(0, |s| s.phase)),
+                                crate::proto::phase_name(w.status.map_or(0, |s| s.phase)),
                                 pods.ready,
                                 pods.desired,
                                 tree::gpus(t.current.unwrap_or_default().gpus),
@@ -578,18 +578,23 @@ pub fn totals(args: TotalsArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `gangs` from a server: the `Gangs` RPC, the workload found as `describe` finds it.
-pub fn gangs(args: &super::gangs::Args) -> anyhow::Result<ExitCode> {
+/// `gangs` from a server: the `Gangs` RPC, the workload (`KIND/NAME`) found as `describe`
+/// finds it. Returns the gang objects, or the exit code when the workload has no gang or its
+/// gangs cannot be expressed in `format` (the server's message printed).
+pub fn gangs(
+    server: &ServerArgs,
+    target: Option<&str>,
+    format: crate::gangs::Format,
+) -> anyhow::Result<Result<crate::gangs::Rendered, ExitCode>> {
     runtime()?.block_on(async {
-        let mut client = connect(&args.server).await?;
-        let what = args.target.clone().unwrap_or_default();
-        let (kind, name) = split_kind_name(&what);
+        let mut client = connect(server).await?;
+        let (kind, name) = split_kind_name(target.unwrap_or_default());
         let Some(name) = name else {
             anyhow::bail!("gangs takes KIND/NAME (or -f FILE… for a snapshot)")
         };
         let req = pb::GangsRequest {
-            workload: Some(full_request(&mut client, &args.server, &kind, name).await),
-            format: args.output.to_proto() as i32,
+            workload: Some(full_request(&mut client, server, &kind, name).await),
+            format: format.to_proto() as i32,
         };
         match client.gangs(req).await {
             Ok(r) => {
@@ -599,14 +604,11 @@ pub fn gangs(args: &super::gangs::Args) -> anyhow::Result<ExitCode> {
                     objects
                         .push(serde_json::from_str(text).context("a gang object from the server")?);
                 }
-                super::gangs::print(
-                    args,
-                    &crate::gangs::Rendered {
-                        objects,
-                        notes: r.notes,
-                        paths: Vec::new(),
-                    },
-                )
+                Ok(Ok(crate::gangs::Rendered {
+                    objects,
+                    notes: r.notes,
+                    paths: Vec::new(),
+                }))
             }
             Err(e)
                 if e.code() == tonic::Code::FailedPrecondition
@@ -614,9 +616,9 @@ pub fn gangs(args: &super::gangs::Args) -> anyhow::Result<ExitCode> {
                         || e.message().contains("has no gang")) =>
             {
                 eprintln!("error: {}", e.message());
-                Ok(ExitCode::from(super::EXIT_GANGS))
+                Ok(Err(ExitCode::from(super::EXIT_GANGS)))
             }
-            Err(e) => failed(e),
+            Err(e) => failed(e).map(Err),
         }
     })
 }

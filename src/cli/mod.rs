@@ -249,23 +249,25 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 impl DefinitionArgs {
-    /// Makes `--phase-precedence` the precedence of every unannotated, non-embedded
-    /// definition this process compiles from now on (call it before loading definitions).
-    pub fn apply(&self) {
-        // The value parser admits only the two known values.
-        let precedence = crate::definition::plan::PhasePrecedence::parse(&self.phase_precedence)
-            .unwrap_or_default();
-        crate::definition::plan::set_unannotated_phase_precedence(precedence);
+    /// The options definitions are loaded with (`--phase-precedence`).
+    pub fn options(&self) -> crate::definition::LoadOptions {
+        crate::definition::LoadOptions {
+            // The value parser admits only the two known values.
+            phase_precedence: crate::definition::plan::PhasePrecedence::parse(
+                &self.phase_precedence,
+            )
+            .unwrap_or_default(),
+        }
     }
 }
 
 /// The embedded catalog plus `--definitions`, layered as `serve` layers them; invalid
 /// definitions are a listed error.
 fn load_catalog(args: &DefinitionArgs) -> anyhow::Result<crate::definition::Catalog> {
-    args.apply();
-    let mut layers = crate::definition::layers::Layers::new();
+    let options = args.options();
+    let mut layers = crate::definition::layers::Layers::new(options);
     if let Some(dir) = args.definitions.as_deref() {
-        let (defs, errors) = crate::definition::catalog::load_path(dir);
+        let (defs, errors) = crate::definition::catalog::load_path(dir, options);
         layers.set_directory(defs, errors);
     }
     let (catalog, errors) = layers.build();

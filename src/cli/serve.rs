@@ -267,7 +267,6 @@ fn cluster_name(args: &Args) -> anyhow::Result<(String, bool)> {
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     args.budget.apply();
-    args.definitions.apply();
     args.file_limits.apply();
     let report = Arc::new(LoadReport::default());
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -438,12 +437,14 @@ async fn serve_cluster(
             .with_namespace(args.namespace.clone()),
     );
     // Embedded < --definitions DIR < cluster Karta objects, published by one owner.
-    let publisher = definitions::Publisher::new(Layers::new(), index.clone(), report.clone());
+    let options = args.definitions.options();
+    let publisher =
+        definitions::Publisher::new(Layers::new(options), index.clone(), report.clone());
     let mut reloader = args
         .definitions
         .definitions
         .as_deref()
-        .map(definitions::Reloader::new);
+        .map(|dir| definitions::Reloader::new(dir, options));
     match reloader.as_mut() {
         Some(r) => r.publish(&publisher),
         None => publisher.update(|_| {}),

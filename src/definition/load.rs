@@ -6,6 +6,16 @@ use crate::folder;
 use crate::manifest;
 use std::path::{Path, PathBuf};
 
+/// The settings of one loader of definitions (a server, a command), applied to every
+/// definition compiled with them: two servers in one process may load differently.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The precedence of definitions that are not embedded and carry no
+    /// [`super::plan::PHASE_PRECEDENCE`] annotation (`--phase-precedence`); the embedded
+    /// catalog keeps kartograf's.
+    pub phase_precedence: super::plan::PhasePrecedence,
+}
+
 /// One definition document read from a source, not yet validated.
 #[derive(Debug, Clone)]
 pub struct Parsed {

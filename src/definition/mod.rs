@@ -13,6 +13,7 @@ pub mod model;
 pub mod plan;
 
 pub use catalog::{Catalog, Lookup};
+pub use load::LoadOptions;
 pub use model::{GroupVersionKind, Karta};
 pub use plan::Definition;
 

@@ -47,7 +47,7 @@ pub struct Definition {
     pub warnings: Vec<DefinitionError>,
     /// How `phase` is chosen among the matched statuses: the annotation
     /// [`PHASE_PRECEDENCE`]; without it kartograf's for the embedded catalog and
-    /// [`unannotated_phase_precedence`] (`--phase-precedence`) for any other origin.
+    /// the [`super::LoadOptions`]' (`--phase-precedence`) for any other origin.
     pub phase_precedence: PhasePrecedence,
     /// Unique within the process: what answers remembered on pods are keyed by.
     pub(super) id: u64,
@@ -207,29 +207,6 @@ impl PhasePrecedence {
             "workload-map" => Some(PhasePrecedence::WorkloadMap),
             _ => None,
         }
-    }
-}
-
-/// The precedence of definitions compiled from now on that are not embedded and carry no
-/// [`PHASE_PRECEDENCE`] annotation (`--phase-precedence`); the embedded catalog keeps
-/// kartograf's.
-static UNANNOTATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Sets the precedence of unannotated, non-embedded definitions compiled from now on (set it
-/// before definitions are loaded).
-pub fn set_unannotated_phase_precedence(precedence: PhasePrecedence) {
-    UNANNOTATED.store(
-        precedence == PhasePrecedence::WorkloadMap,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-}
-
-/// The precedence of unannotated, non-embedded definitions.
-pub fn unannotated_phase_precedence() -> PhasePrecedence {
-    if UNANNOTATED.load(std::sync::atomic::Ordering::Relaxed) {
-        PhasePrecedence::WorkloadMap
-    } else {
-        PhasePrecedence::Kartograf
     }
 }
 

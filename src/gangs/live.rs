@@ -8,7 +8,7 @@
 //! a change of the object, of the root or of a pod re-resolves the root, so a finding follows
 //! the change that causes it within one resolution.
 
-use super::verify::{self, Family, GangObject, PodLinks, Verdict};
+use super::verify::{self, GangObject, PodLinks, Verdict};
 use crate::definition::GroupVersionKind;
 use crate::expr::value::{self, Keep};
 use crate::model::{Object, Pod};
@@ -58,7 +58,7 @@ pub fn watched_kinds() -> Vec<GroupVersionKind> {
 pub struct GangStatus {
     /// The object's namespace.
     pub namespace: String,
-    /// The object's kind label ([`Family::label`]).
+    /// The object's kind label ([`verify::Family::label`]).
     pub kind: &'static str,
     /// The object's name.
     pub name: String,
@@ -74,11 +74,6 @@ pub struct GangStatus {
 fn registry() -> &'static Mutex<HashMap<String, Vec<GangStatus>>> {
     static REGISTRY: OnceLock<Mutex<HashMap<String, Vec<GangStatus>>>> = OnceLock::new();
     REGISTRY.get_or_init(Mutex::default)
-}
-
-/// Whether an object of this type is a gang object (watched and checked).
-pub fn is_gang_object(api_version: &str, kind: &str) -> bool {
-    Family::of(api_version, kind).is_some()
 }
 
 /// Checks the gang objects `objects` (below the root in its owner chain) against the

@@ -181,7 +181,9 @@ impl Index {
                         stack.push((child.clone(), depth + 1));
                     }
                     Some(Cached::Object(o)) => {
-                        if crate::gangs::live::is_gang_object(&o.meta.api_version, &o.meta.kind) {
+                        if crate::gangs::verify::Family::of(&o.meta.api_version, &o.meta.kind)
+                            .is_some()
+                        {
                             gangs.push(o.clone());
                         }
                         stack.push((child.clone(), depth + 1));

@@ -559,14 +559,14 @@ pub async fn run_with(index: Arc<Index>, dir: PathBuf, rescan: Duration) {
             // Applied by now (streamed from the scan).
             feed.mark_synced(SOURCE);
             first = false;
-            tracing::info!(dir = %dir.display(), objects = set.objects(), revision = index.revision(), "manifests loaded");
+            tracing::info!(dir = %dir.display(), objects = set.objects(), revision = index.board().revision(), "manifests loaded");
         } else if !update.is_empty() {
             let (upserts, deletes) = (update.upserts.len(), update.deletes.len());
             log_skipped(feed.write_all(update.into_writes(SOURCE)).await);
             tracing::info!(
                 changed = upserts,
                 removed = deletes,
-                revision = index.revision(),
+                revision = index.board().revision(),
                 "manifests reloaded"
             );
         }

@@ -812,7 +812,7 @@ fn karmada_extension_errors_are_definition_errors() {
         let (parsed, errors) = kartograf::definition::load::parse_text(text, "test");
         assert!(errors.is_empty(), "{errors:?}");
         let p = parsed.into_iter().next().unwrap();
-        kartograf::definition::Definition::compile(p.karta, "test", "test")
+        kartograf::definition::Definition::compile(p.karta, "test", "test", Default::default())
     };
     assert!(compile(&text).is_ok());
     let bad = text.replace(
