@@ -152,7 +152,7 @@ fn parse_yaml(text: &str) -> Result<Vec<Value>, ManifestError> {
     // bounded, printable excerpt (the file may be a link to secrets).
     options.with_snippet = false;
     serde_saphyr::from_multiple_with_options::<Value>(text, options).map_err(|e| ManifestError {
-        yaml: crate::excerpt::printable(&e.to_string(), crate::excerpt::PARSE_ERROR_BYTES),
+        yaml: crate::excerpt::value_free(&e.to_string()),
     })
 }
 

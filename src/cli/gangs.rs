@@ -113,8 +113,7 @@ fn verify_snapshot(
                 if !crate::gangs::live::is_gang_object(&o.meta.api_version, &o.meta.kind) {
                     continue;
                 }
-                let json = crate::expr::value::to_json(&o.value());
-                if let Some(g) = GangObject::from_json(&json)
+                if let Some(g) = GangObject::of_object(&o)
                     && matches_format(g.family, args.output)
                 {
                     objects.push(g);

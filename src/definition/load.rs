@@ -62,11 +62,9 @@ pub fn parse_document(
             } else {
                 format!("{label}{path}")
             };
-            // The message may quote a value of the file: a bounded, printable excerpt.
-            let message = crate::excerpt::printable(
-                &e.into_inner().to_string(),
-                crate::excerpt::PARSE_ERROR_BYTES,
-            );
+            // The message names the type and the field; a value of the file never
+            // reaches it (the file may be a link to secrets).
+            let message = crate::excerpt::value_free(&e.into_inner().to_string());
             Err(DefinitionError::new(source, &path, None, message))
         }
     }
