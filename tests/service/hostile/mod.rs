@@ -11,6 +11,7 @@ mod aggregator;
 mod files;
 mod net;
 mod resolve;
+mod weak_spots;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -3,8 +3,8 @@
 //!
 //! The bytes are those [`Packed::pack`] writes for the same document parsed whole (the
 //! projection, each field's rule refined by what the field holds, keys sorted, numbers
-//! normalized). A duplicate key among the fields kept fails the parse (as a strict whole
-//! parse fails); duplicates among dropped fields are not looked for. Object entries are written as they are parsed
+//! normalized). A duplicate key fails the parse, among the fields kept and among those
+//! dropped alike ([`Unkept`]), as a strict whole parse fails. Object entries are written as they are parsed
 //! and put in key order when the object ends (one copy per nesting level); dropped fields
 //! are skipped by the parser. Limits are not enforced while parsing: the document is packed
 //! whole and [`Parsed::over`] tells whether it is beyond them, so a caller can still read
@@ -16,7 +16,8 @@ use super::{STRING, TRUE, learn, write_key, write_varint};
 use crate::expr::value::{ConvertError, Limits, float};
 use bytes::Bytes;
 use jaq_json::Num;
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use crate::manifest::{Unkept, UnkeptVisitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
 /// A document packed while parsed (see the module docs).
@@ -302,7 +303,7 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
 
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<bool, A::Error> {
         if !self.keeps(false, true) {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            while seq.next_element::<Unkept>()?.is_some() {}
             return Ok(false);
         }
         let keep = match (self.refine, self.keep) {
@@ -332,7 +333,7 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<bool, A::Error> {
         if !self.keeps(true, false) {
-            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            UnkeptVisitor.visit_map(map)?;
             return Ok(false);
         }
         let start = self.st.out.len();
@@ -359,7 +360,7 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
             }
             let Some((rule, refine)) = child_rule(self.keep, key) else {
                 if capture == 0 {
-                    map.next_value::<IgnoredAny>()?;
+                    map.next_value::<Unkept>()?;
                 } else {
                     // A dropped string a path ends at is still captured.
                     if let Scalar(Some(text)) = map.next_value::<Scalar>()? {
@@ -370,7 +371,14 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
                         }
                     }
                 }
-                self.st.keytext.truncate(key_start);
+                // Kept as a dropped entry, so that a duplicate of it is found too.
+                let at = self.st.out.len();
+                self.st.entries.push(Entry {
+                    key: (key_start, self.st.keytext.len()),
+                    value: (at, at),
+                    kept: false,
+                    spent: 0,
+                });
                 continue;
             };
             let key_end = self.st.keytext.len();
@@ -492,12 +500,12 @@ impl<'de> de::Deserialize<'de> for Scalar {
             }
 
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                while seq.next_element::<Unkept>()?.is_some() {}
                 Ok(Scalar(None))
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Scalar, A::Error> {
+                UnkeptVisitor.visit_map(map)?;
                 Ok(Scalar(None))
             }
         }
@@ -583,17 +591,39 @@ mod tests {
     }
 
     #[test]
-    fn a_duplicate_key_among_kept_fields_fails_the_parse() {
+    fn a_duplicate_key_kept_or_dropped_fails_the_parse() {
         for (text, keep) in [
             (r#"{"dup": 1, "dup": {"x": 2}}"#, &Keep::All),
             (r#"{"spec": "first", "spec": {"x": 1}}"#, &RULE),
             (r#"{"spec": {"x": 1, "x": 2, "w": 3}}"#, &RULE),
+            // Fields the rule drops: the same rule.
+            (r#"{"kind": "K", "z": 1, "z": 2}"#, &RULE),
+            (r#"{"kind": "K", "z": {"a": [{"b": 1, "b": 2}]}}"#, &RULE),
+            (
+                r#"{"kind": "K", "z": {"k0": 0, "k1": 1, "k2": 2, "k3": 3, "k4": 4, "k5": 5, "k6": 6, "k7": 7, "k8": 8, "k9": 9, "ka": 10, "kb": 11, "kc": 12, "kd": 13, "ke": 14, "kf": 15, "kg": 16, "kh": 17, "k3": 18}}"#,
+                &RULE,
+            ),
         ] {
             let e = try_parse(text, keep, Limits::default()).expect_err(text);
             assert!(e.to_string().contains("duplicate key"), "{text}: {e}");
         }
-        // A field the rule drops is never looked at.
-        assert!(try_parse(r#"{"kind": "K", "z": 1, "z": 2}"#, &RULE, Limits::default()).is_ok());
+        assert!(
+            try_parse(
+                r#"{"kind": "K", "z": {"a": [{"b": 1}, {"b": 2}], "\u0062": 1, "b": 2}}"#,
+                &RULE,
+                Limits::default()
+            )
+            .is_err(),
+            "an escaped key is the same key"
+        );
+        assert!(
+            try_parse(
+                r#"{"kind": "K", "z": {"a": [{"b": 1}, {"b": 2}]}, "y": 1}"#,
+                &RULE,
+                Limits::default()
+            )
+            .is_ok()
+        );
     }
 
     #[test]
