@@ -393,3 +393,45 @@ fn one_duplicate_key_rule_for_every_form_of_a_manifest_file() {
         assert!(!out.contains("Options"), "{name}: {out}");
     }
 }
+
+/// A Karta with 41 errors: no status definition, and 40 child components each holding a
+/// broken expression.
+fn karta_with_many_errors() -> String {
+    let mut text = String::from(
+        "apiVersion: run.ai/v1alpha1\nkind: Karta\nmetadata:\n  name: broken\nspec:\n  structureDefinition:\n    rootComponent:\n      name: root\n      kind: {group: example.com, version: v1, kind: Widget}\n    childComponents:\n",
+    );
+    for i in 0..40 {
+        text.push_str(&format!(
+            "      - name: c{i}\n        kind: {{group: example.com, version: v1, kind: Part{i}}}\n        ownerRef: root\n        scaleDefinition:\n          replicasPath: '((( {i}'\n"
+        ));
+    }
+    text
+}
+
+#[test]
+fn a_refused_definition_logs_one_line_with_its_error_count() {
+    let defs = scratch("many-errors");
+    std::fs::write(defs.join("broken.yaml"), karta_with_many_errors()).unwrap();
+    let cluster = example("jobset.yaml");
+    let mut served = Served::start(&[
+        "--manifests",
+        path(&cluster),
+        "--definitions",
+        path(&defs),
+    ]);
+    served.wait_ready(Duration::from_secs(30));
+    let until = Instant::now() + Duration::from_secs(10);
+    while !served.log().contains("definition rejected") {
+        assert!(Instant::now() < until, "not logged:\n{}", tail(&served.log()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = served.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("definition rejected"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].contains("errors=41"), "{}", lines[0]);
+    assert!(lines[0].contains("38 more"), "{}", lines[0]);
+    assert!(lines[0].len() < 4096, "{}", lines[0]);
+}
