@@ -435,3 +435,25 @@ fn a_refused_definition_logs_one_line_with_its_error_count() {
     assert!(lines[0].contains("38 more"), "{}", lines[0]);
     assert!(lines[0].len() < 4096, "{}", lines[0]);
 }
+
+/// `check` reads a stream of JSON documents one at a time and keeps a bounded number of
+/// errors per file (the figure, 10^6 documents, is in BENCHMARKS.md; scaled here).
+#[test]
+fn check_streams_a_file_of_many_tiny_documents() {
+    let dir = scratch("tiny-docs");
+    let file = dir.join("tiny.json");
+    let mut text = String::new();
+    for i in 0..200_000 {
+        text.push_str(&format!("---\n{{\"a\": {i}}}\n"));
+    }
+    std::fs::write(&file, text).unwrap();
+    let (code, out, peak) = run_cli(&["check", path(&file)], Duration::from_secs(120));
+    assert_eq!(code, 1, "{}", tail(&out));
+    assert!(
+        out.contains("199900 more error(s)"),
+        "{}",
+        tail(&out)
+    );
+    assert!(out.lines().count() < 200, "{} lines", out.lines().count());
+    assert!(peak < 150 << 20, "peak RSS {} MiB", peak >> 20);
+}
