@@ -272,7 +272,12 @@ fn yaml_message(e: &serde_saphyr::Error) -> String {
         serde_saphyr::Error::DuplicateMappingKey { key, location } => {
             let key = key
                 .as_deref()
-                .map(|k| format!(" `{}`", crate::excerpt::printable(k, crate::excerpt::ECHO_BYTES)))
+                .map(|k| {
+                    format!(
+                        " `{}`",
+                        crate::excerpt::printable(k, crate::excerpt::ECHO_BYTES)
+                    )
+                })
                 .unwrap_or_default();
             format!(
                 "duplicate key{key} at line {} column {}",
@@ -439,7 +444,10 @@ mod tests {
             assert!(e.to_lowercase().contains("duplicate"), "{text}: {e}");
         }
         // YAML too, in the same words (no parser option named).
-        for text in ["a: 1\nb: {c: 1, c: 2}\n", "{\"a\": 1}\n---\n# note\nx: 1\nx: 2\n"] {
+        for text in [
+            "a: 1\nb: {c: 1, c: 2}\n",
+            "{\"a\": 1}\n---\n# note\nx: 1\nx: 2\n",
+        ] {
             let e = parse_documents(text).expect_err(text).to_string();
             assert!(e.contains("duplicate key `"), "{text}: {e}");
             assert!(!e.contains("Options"), "{text}: {e}");

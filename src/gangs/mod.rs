@@ -157,7 +157,10 @@ pub fn render(workload: &pb::Workload, format: Format) -> Result<Rendered, Rende
 
 /// [`render`] without the completeness check (verification matches objects by the names
 /// kartograf would give them, whatever the graph).
-pub(crate) fn render_graph(workload: &pb::Workload, format: Format) -> Result<Rendered, RenderError> {
+pub(crate) fn render_graph(
+    workload: &pb::Workload,
+    format: Format,
+) -> Result<Rendered, RenderError> {
     let root = Root::of(workload);
     let groups = workload
         .gang

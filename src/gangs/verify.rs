@@ -279,7 +279,9 @@ pub fn verify(w: &pb::Workload, object: &GangObject, pods: &[MemberPod]) -> Verd
         push(
             &mut findings,
             code::INVALID,
-            format!("{what}: could not be read ({problem}); it is not checked and gives no gang guarantee"),
+            format!(
+                "{what}: could not be read ({problem}); it is not checked and gives no gang guarantee"
+            ),
         );
         return Verdict {
             family: object.family,

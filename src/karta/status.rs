@@ -16,12 +16,12 @@
 use super::conditions::{self, Condition, Facts};
 use super::lease;
 use crate::definition::LoadReport;
+use futures::FutureExt;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use serde_json::{Value as Json, json};
-use futures::FutureExt;
 use parking_lot::Mutex;
+use serde_json::{Value as Json, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,7 +137,10 @@ pub async fn run(
             let names: Vec<&String> = if std::mem::take(&mut full) {
                 objects.keys().collect()
             } else {
-                changed.iter().filter(|n| objects.contains_key(*n)).collect()
+                changed
+                    .iter()
+                    .filter(|n| objects.contains_key(*n))
+                    .collect()
             };
             reconciler.pass(&objects, &names).await;
             changed.clear();
@@ -231,7 +234,9 @@ impl Reconciler {
             .iter()
             .filter_map(|(_, o)| super::root_kind(&serde_json::to_value(o).ok()?))
             .filter(|r| {
-                is_discovery_name(&r.group) && is_discovery_name(&r.version) && !r.version.is_empty()
+                is_discovery_name(&r.group)
+                    && is_discovery_name(&r.version)
+                    && !r.version.is_empty()
             })
             .map(|r| r.api_version())
             .collect();
@@ -259,7 +264,11 @@ impl Reconciler {
     /// `object` as watched, or what the reconciler's own writes made of it when the watch
     /// has not caught up with them yet.
     fn newest(&self, name: &str, object: &DynamicObject) -> DynamicObject {
-        let rv = object.metadata.resource_version.as_deref().unwrap_or_default();
+        let rv = object
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default();
         match self.written.lock().get(name) {
             Some(w) if w.superseded.iter().any(|s| s == rv) => w.latest.clone(),
             _ => object.clone(),
@@ -368,11 +377,7 @@ impl Reconciler {
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             json = serde_json::to_value(&patched).unwrap_or(json);
-            self.wrote(
-                name,
-                object.metadata.resource_version.as_deref(),
-                patched,
-            );
+            self.wrote(name, object.metadata.resource_version.as_deref(), patched);
             tracing::info!(karta = %name, "karta status: index labels stamped");
         }
         for attempt in 0..=CONFLICT_RETRIES {

@@ -242,7 +242,11 @@ impl Query {
     /// Decodes `a=1&b=2`; an undecodable name or value is refused, naming the parameter.
     pub fn parse(query: Option<&str>) -> Result<Query, String> {
         let mut out = Vec::new();
-        for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        for pair in query
+            .unwrap_or_default()
+            .split('&')
+            .filter(|p| !p.is_empty())
+        {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             let key = decode(k).ok_or_else(|| {
                 "a query parameter's name is not valid percent-encoded UTF-8".to_owned()
@@ -335,7 +339,10 @@ mod tests {
             "kartograf.example.evil",
             "",
         ] {
-            assert!(!host_allowed(Some(refused.as_bytes()), &listed), "{refused}");
+            assert!(
+                !host_allowed(Some(refused.as_bytes()), &listed),
+                "{refused}"
+            );
         }
         assert!(!host_allowed(None, &listed));
         assert!(!host_allowed(Some(b"evil.example"), &[]));

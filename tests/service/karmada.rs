@@ -966,7 +966,13 @@ async fn karmada_counts_beyond_int32_are_refused_with_the_field_named() {
         let uid = "uid-Retain-big";
         let (status, body) = post(
             addr,
-            &context(uid, "Retain", &labelled, 0, json!({"observedObject": member})),
+            &context(
+                uid,
+                "Retain",
+                &labelled,
+                0,
+                json!({"observedObject": member}),
+            ),
         )
         .await;
         let answer: Json = serde_json::from_slice(&body).unwrap();
@@ -979,6 +985,13 @@ async fn karmada_counts_beyond_int32_are_refused_with_the_field_named() {
     // At int32's maximum it is kept.
     let mut member = labelled.clone();
     member["spec"]["replicas"] = json!(i32::MAX);
-    let r = ask(addr, "Retain", &labelled, 0, json!({"observedObject": member})).await;
+    let r = ask(
+        addr,
+        "Retain",
+        &labelled,
+        0,
+        json!({"observedObject": member}),
+    )
+    .await;
     assert_eq!(r["successful"], true, "{r}");
 }

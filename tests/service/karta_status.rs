@@ -386,13 +386,17 @@ async fn two_hundred_kartas_created_at_once_are_reconciled_within_five_seconds()
             widget_karta(n)
         });
     }
-    let took = until("200 Kartas labelled and written", Duration::from_secs(5), || {
-        names.iter().all(|n| {
-            let o = fake.get(KARTAS, n).unwrap_or_default();
-            o["metadata"]["labels"]["run.ai/karta-kind"].is_string()
-                && condition(&o, "Ready").is_object()
-        })
-    })
+    let took = until(
+        "200 Kartas labelled and written",
+        Duration::from_secs(5),
+        || {
+            names.iter().all(|n| {
+                let o = fake.get(KARTAS, n).unwrap_or_default();
+                o["metadata"]["labels"]["run.ai/karta-kind"].is_string()
+                    && condition(&o, "Ready").is_object()
+            })
+        },
+    )
     .await;
     eprintln!("200 Kartas reconciled in {took:?}");
     // The writes' own events come back: nothing more is written, nothing conflicts.

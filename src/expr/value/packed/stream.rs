@@ -7,16 +7,17 @@
 //! dropped alike ([`Unkept`]), as a strict whole parse fails. Object entries are written as they are parsed
 //! and put in key order when the object ends (one copy per nesting level); dropped fields
 //! are skipped by the parser. Limits are not enforced while parsing: the document is packed
-//! whole and [`Parsed::over`] tells whether it is beyond them, so a caller can still read
-//! the metadata of an object it will not keep (serde_json bounds nesting to 128 levels, and
+//! whole (but for long strings met past the size budget, written empty) and [`Parsed::over`]
+//! tells whether it is beyond them, so a caller can still read the metadata of an object it
+//! will not keep (serde_json bounds nesting to 128 levels, and
 //! the input's size bounds the output).
 
 use super::{ARRAY, FALSE, FLOAT, INT, KEYS, Keep, Keys, NO_ENV_CONTAINER, NULL, OBJECT, Packed};
 use super::{STRING, TRUE, learn, write_key, write_varint};
 use crate::expr::value::{ConvertError, Limits, float};
+use crate::manifest::{Unkept, UnkeptVisitor};
 use bytes::Bytes;
 use jaq_json::Num;
-use crate::manifest::{Unkept, UnkeptVisitor};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
@@ -64,6 +65,7 @@ impl<'de> DeserializeSeed<'de> for PackSeed<'_> {
                 capture,
                 captured: vec![None; capture.len()],
                 duplicate: None,
+                max_bytes: self.limits.max_bytes,
             };
             let all = if capture.is_empty() {
                 0
@@ -104,6 +106,10 @@ impl<'de> DeserializeSeed<'de> for PackSeed<'_> {
     }
 }
 
+/// Strings longer than this are not copied once a document is over its size budget (no
+/// metadata field the reader needs of such an object is this long).
+const ELIDED_STRING: usize = 1024;
+
 /// Containers without their environment.
 const CONTAINERS: Keep = Keep::Each(&NO_ENV_CONTAINER);
 
@@ -137,6 +143,8 @@ struct State<'k, 'c> {
     captured: Vec<Option<String>>,
     /// The first duplicate key found among kept fields.
     duplicate: Option<String>,
+    /// The size budget ([`Limits::max_bytes`]).
+    max_bytes: usize,
 }
 
 /// How a value's rule depends on what the value is (see `field_rule` in the parent module).
@@ -193,6 +201,13 @@ impl Node<'_, '_, '_, '_> {
             }
         }
         self.st.spent += s.len();
+        // Past the budget the object is not kept (only its metadata is read): a long string
+        // is not copied, so a huge value costs no second copy of itself.
+        let s = if self.st.spent > self.st.max_bytes && s.len() > ELIDED_STRING {
+            ""
+        } else {
+            s
+        };
         self.st.out.push(STRING);
         write_varint(&mut self.st.out, s.len() as u64);
         self.st.out.extend_from_slice(s.as_bytes());
