@@ -485,3 +485,61 @@ fn large_manifest_files_in_one_load_stay_within_about_twice_their_size() {
     let (_, metrics) = served.get("/metrics");
     assert!(metrics.contains("kartograf_"), "metrics answer");
 }
+
+/// The figure: 50,000 Watch streams opened against the default cap (10,000): the
+/// ones over it refused, and the RSS they leave (run by hand on the release binary:
+/// `KARTOGRAF_BIN=target/release/kartograf cargo test --test service
+/// hostile::weak_spots::fifty_thousand -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn fifty_thousand_watch_streams_against_the_cap() {
+    let n: usize = std::env::var("WATCH_STREAMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50_000);
+    let cluster = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/cluster");
+    let mut served = Served::start(&["--manifests", path(&cluster)]);
+    served.wait_ready(Duration::from_secs(60));
+    let baseline = served.rss();
+    let mut channels = Vec::new();
+    let mut open = Vec::new();
+    let mut refused = 0usize;
+    let started = Instant::now();
+    for i in 0..n {
+        if i % 500 == 0 {
+            channels.push(
+                Endpoint::from_shared(served.grpc.clone())
+                    .unwrap()
+                    .connect()
+                    .await
+                    .unwrap(),
+            );
+        }
+        let mut client = WorkloadResolverClient::new(channels.last().unwrap().clone());
+        match client
+            .watch(pb::WatchRequest {
+                view: pb::View::Full as i32,
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(s) => open.push(s.into_inner()),
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+                refused += 1;
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let with = served.rss();
+    eprintln!(
+        "{n} Watch streams opened in {:?}: {} open, {refused} refused; RSS baseline {} MiB, with them {} MiB, peak {} MiB",
+        started.elapsed(),
+        open.len(),
+        baseline >> 20,
+        with >> 20,
+        served.peak_rss() >> 20
+    );
+    assert_eq!(open.len(), kartograf::server::DEFAULT_MAX_WATCH_STREAMS.min(n));
+    served.assert_up_within(600 << 20);
+}
