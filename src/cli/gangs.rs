@@ -113,7 +113,7 @@ fn verify_snapshot(
                 if !crate::gangs::live::is_gang_object(&o.meta.api_version, &o.meta.kind) {
                     continue;
                 }
-                if let Some(g) = GangObject::of_object(&o)
+                if let Some(g) = GangObject::of_object(o)
                     && matches_format(g.family, args.output)
                 {
                     objects.push(g);

@@ -55,7 +55,7 @@ pub fn max_batch_bytes() -> u64 {
 /// Splits `items` (each of the size `size` gives) into batches read together: at most
 /// `max_items` each, and at most [`max_batch_bytes`] of files each (a larger file is a batch
 /// of its own).
-pub fn batches<'a, T>(items: &'a [T], max_items: usize, size: impl Fn(&T) -> u64) -> Vec<&'a [T]> {
+pub fn batches<T>(items: &[T], max_items: usize, size: impl Fn(&T) -> u64) -> Vec<&[T]> {
     let budget = max_batch_bytes();
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);

@@ -302,7 +302,7 @@ impl Reconciler {
         } else {
             self.client.list_core_api_resources(api_version).await
         };
-        let kinds = match list {
+        match list {
             Ok(l) => Some(
                 l.resources
                     .into_iter()
@@ -315,8 +315,7 @@ impl Reconciler {
                 tracing::debug!(api_version, error = %e, "karta status: discovery failed");
                 None
             }
-        };
-        kinds
+        }
     }
 
     /// The facts of one object; `None` when discovery failed (nothing is written).

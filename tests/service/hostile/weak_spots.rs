@@ -540,6 +540,9 @@ async fn fifty_thousand_watch_streams_against_the_cap() {
         with >> 20,
         served.peak_rss() >> 20
     );
-    assert_eq!(open.len(), kartograf::server::DEFAULT_MAX_WATCH_STREAMS.min(n));
+    assert_eq!(
+        open.len(),
+        kartograf::server::DEFAULT_MAX_WATCH_STREAMS.min(n)
+    );
     served.assert_up_within(600 << 20);
 }
