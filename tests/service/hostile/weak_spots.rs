@@ -276,7 +276,8 @@ fn the_web_view_refuses_undecodable_filters_and_foreign_hosts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_streams_beyond_the_cap_are_refused() {
     let cluster = example("jobset.yaml");
-    let served = Served::start(&["--manifests", path(&cluster), "--max-watch-streams", "20"]);
+    let mut served = Served::start(&["--manifests", path(&cluster), "--max-watch-streams", "20"]);
+    served.wait_ready(Duration::from_secs(60));
     let channel = Endpoint::from_shared(served.grpc.clone())
         .unwrap()
         .connect()
