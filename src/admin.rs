@@ -190,6 +190,7 @@ pub async fn serve_with_ui(
                                 query: request.uri().query(),
                                 authorization: header("authorization"),
                                 last_event_id: header("last-event-id"),
+                                host: header("host"),
                             };
                             Ok::<_, Infallible>(
                                 crate::ui::answer(&shared, ui_tokens.as_ref(), asked).await,

@@ -116,8 +116,7 @@ fn verify_snapshot(
                 if crate::gangs::verify::Family::of(&o.meta.api_version, &o.meta.kind).is_none() {
                     continue;
                 }
-                let json = crate::expr::value::to_json(&o.value());
-                if let Some(g) = GangObject::from_json(&json)
+                if let Some(g) = GangObject::of_object(o)
                     && matches_format(g.family, args.output)
                 {
                     objects.push(g);

@@ -128,15 +128,21 @@ pub struct DefinitionArgs {
 #[derive(Debug, clap::Args)]
 pub struct FileArgs {
     /// Largest manifest or definition file read (e.g. `64Mi`); a larger file is reported
-    /// and skipped. Parsing a file holds a few times its size in memory.
+    /// and skipped. Parsing a JSON file holds about twice its size, a YAML file a few times.
     #[arg(long, env = "KARTOGRAF_MAX_FILE_SIZE", default_value = "256Mi", value_parser = parse_bytes)]
     pub max_file_size: u64,
+    /// Bytes of manifest files read and parsed at once (e.g. `512Mi`): a reload or load of
+    /// more reads them in turn, so memory does not grow with the number of large files or of
+    /// cores. Parsing a file holds about twice its size.
+    #[arg(long, env = "KARTOGRAF_MAX_RELOAD_BYTES", default_value = "512Mi", value_parser = parse_bytes)]
+    pub max_reload_bytes: u64,
 }
 
 impl FileArgs {
-    /// Makes this the cap of every file read in this process.
+    /// Makes these the caps of every file read in this process.
     pub fn apply(&self) {
         crate::folder::set_max_file_bytes(self.max_file_size);
+        crate::folder::set_max_batch_bytes(self.max_reload_bytes);
     }
 }
 

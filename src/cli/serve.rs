@@ -188,6 +188,20 @@ pub struct Args {
     /// `metrics` scope (or `*`); /livez and /readyz stay open.
     #[arg(long, env = "KARTOGRAF_METRICS_AUTH", requires = "auth_tokens")]
     pub metrics_auth: bool,
+    /// Without --auth-tokens, the web view (`/ui/`) answers only requests whose `Host` is an
+    /// IP address, `localhost`, or one of these names (comma-separated; any port). Others get
+    /// 403, so a page of another site cannot read it through DNS rebinding.
+    #[arg(
+        long,
+        env = "KARTOGRAF_UI_ALLOWED_HOSTS",
+        value_name = "HOSTS",
+        value_delimiter = ','
+    )]
+    pub ui_allowed_hosts: Vec<String>,
+    /// `Watch` streams open at once across all connections; one more is refused with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "KARTOGRAF_MAX_WATCH_STREAMS", default_value_t = server::DEFAULT_MAX_WATCH_STREAMS)]
+    pub max_watch_streams: usize,
     /// Threads that evaluate callers' data (inline Resolve, ValidateDefinition previews);
     /// 0: one per core. Requests beyond these and a queue of four per thread are shed with
     /// RESOURCE_EXHAUSTED.
@@ -285,6 +299,9 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
             4 * args.eval_threads,
         ));
     }
+    shared = shared
+        .with_ui_hosts(args.ui_allowed_hosts.clone())
+        .with_max_watch_streams(args.max_watch_streams);
     let tokens = match &args.auth_tokens {
         Some(path) => {
             let tokens = Arc::new(server::Tokens::load(path).map_err(anyhow::Error::msg)?);

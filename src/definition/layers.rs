@@ -83,9 +83,11 @@ impl Layers {
         };
         let (defs, compile_errors) = catalog::compile_all(parsed, origin, self.options);
         errors.extend(compile_errors);
-        for e in &errors {
-            tracing::warn!(error = %e, "cluster definition rejected; the last good version stays active");
-        }
+        super::log_refused(
+            origin,
+            &errors,
+            "cluster definition rejected; the last good version stays active",
+        );
         let entry = self
             .cluster
             .entry(key.to_owned())

@@ -52,6 +52,35 @@ impl DefinitionError {
     }
 }
 
+/// Errors of one refused file or object quoted in its log line; the others are counted.
+pub const LOGGED_ERRORS: usize = 3;
+
+/// Logs one refused definition file or object (`source`) as ONE warning line: how many
+/// errors, and the first [`LOGGED_ERRORS`] of them (each cut to a bounded excerpt), however
+/// many it has. `what` says what stays in effect.
+pub fn log_refused(source: &str, errors: &[DefinitionError], what: &str) {
+    if errors.is_empty() {
+        return;
+    }
+    let first: Vec<String> = errors
+        .iter()
+        .take(LOGGED_ERRORS)
+        .map(|e| crate::excerpt::excerpt(&e.to_string(), 512).into_owned())
+        .collect();
+    let more = errors.len().saturating_sub(LOGGED_ERRORS);
+    let first = if more > 0 {
+        format!("{} … and {more} more", first.join("; "))
+    } else {
+        first.join("; ")
+    };
+    tracing::warn!(
+        source = %crate::excerpt::echo(source),
+        errors = errors.len(),
+        first = %first,
+        "{what}"
+    );
+}
+
 impl std::fmt::Display for DefinitionError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.source)?;

@@ -10,7 +10,7 @@
 
 use super::verify::{self, GangObject, PodLinks, Verdict};
 use crate::definition::GroupVersionKind;
-use crate::expr::value::{self, Keep};
+use crate::expr::value::Keep;
 use crate::model::{Object, Pod};
 use crate::proto::v1 as pb;
 use parking_lot::Mutex;
@@ -92,7 +92,19 @@ pub fn annotate(
         return;
     }
     let verdicts = check(workload, objects, pods);
-    record(root_uid, workload, &verdicts);
+    if record(root_uid, workload, &verdicts) {
+        for o in objects.iter().take(MAX_OBJECTS_PER_WORKLOAD) {
+            if let Some(problem) = &o.problem {
+                tracing::warn!(
+                    kind = %o.meta.kind,
+                    namespace = %o.meta.namespace,
+                    name = %o.meta.name,
+                    %problem,
+                    "gangs: a gang object could not be read; it is reported invalid, not checked"
+                );
+            }
+        }
+    }
 }
 
 /// [`annotate`] without recording (offline resolution): the verdicts.
@@ -103,7 +115,7 @@ pub fn check(workload: &mut pb::Workload, objects: &[Arc<Object>], pods: &[&Pod]
     let gang_objects: Vec<GangObject> = objects
         .iter()
         .take(MAX_OBJECTS_PER_WORKLOAD)
-        .filter_map(|o| GangObject::from_json(&value::to_json(&o.value())))
+        .filter_map(|o| GangObject::of_object(o))
         .collect();
     let links: Vec<PodLinks> = pods.iter().map(|p| PodLinks::of(p)).collect();
     let verdicts = verify::check_workload(workload, &gang_objects, &links);
@@ -122,7 +134,8 @@ pub fn check(workload: &mut pb::Workload, objects: &[Arc<Object>], pods: &[&Pod]
     verdicts
 }
 
-fn record(root_uid: &str, workload: &pb::Workload, verdicts: &[Verdict]) {
+/// Records the verdicts; true when they differ from those recorded before.
+fn record(root_uid: &str, workload: &pb::Workload, verdicts: &[Verdict]) -> bool {
     let r = workload.r#ref.clone().unwrap_or_default();
     let statuses: Vec<GangStatus> = verdicts
         .iter()
@@ -136,11 +149,13 @@ fn record(root_uid: &str, workload: &pb::Workload, verdicts: &[Verdict]) {
         })
         .collect();
     let mut reg = registry().lock();
+    let changed = reg.get(root_uid) != Some(&statuses);
     if statuses.is_empty() {
         reg.remove(root_uid);
     } else if reg.len() < MAX_WORKLOADS || reg.contains_key(root_uid) {
         reg.insert(root_uid.to_owned(), statuses);
     }
+    changed
 }
 
 /// Forgets the verdicts of a root that is gone.

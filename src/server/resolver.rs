@@ -189,12 +189,7 @@ impl ResolverService {
                 req.cluster.clone(),
             )?;
             self.ready()?;
-            Ok(super::watch::start(
-                self.shared.clone(),
-                filter,
-                req.since_revision,
-                req.view,
-            ))
+            super::watch::start(self.shared.clone(), filter, req.since_revision, req.view)
         };
         start().map_err(validate::bounded)
     }

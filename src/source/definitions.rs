@@ -187,9 +187,11 @@ impl Reloader {
                 self.tracker.keep(c, hash, defs);
                 self.errors.remove(&c.path);
             } else {
-                for e in &file_errors {
-                    tracing::warn!(error = %e, "definition rejected; the last good version stays active");
-                }
+                crate::definition::log_refused(
+                    &source,
+                    &file_errors,
+                    "definition rejected; the last good version stays active",
+                );
                 self.tracker.failed(c, hash);
                 self.errors.insert(c.path.clone(), file_errors);
             }

@@ -163,9 +163,10 @@ impl ManifestSet {
             }
         }
         // Candidates are read, parsed and converted on every core, a batch at a time (so a
-        // cold start never holds the whole directory's text and parse trees at once).
+        // cold start never holds the whole directory's text and parse trees at once, and a
+        // batch holds at most `--max-reload-bytes` of files).
         let limits = self.limits;
-        for batch in scan.candidates.chunks(BATCH_FILES) {
+        for batch in crate::folder::batches(&scan.candidates, BATCH_FILES, |c| c.size()) {
             let tracker = &self.tracker;
             let read = crate::folder::read_in_parallel(batch, |c| match tracker.read(c) {
                 files::Read::Unchanged => Outcome::Unchanged,

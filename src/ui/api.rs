@@ -14,7 +14,7 @@
 //! it (labels in rows); a workload's own graph is sent as resolved (its size is bounded by
 //! the index's limits).
 
-use super::{Body, error, json, query_param};
+use super::{Body, Query, error, json};
 use crate::board::{Filter, Published};
 use crate::excerpt::excerpt;
 use crate::proto::v1 as pb;
@@ -509,7 +509,8 @@ fn bad(message: String) -> (StatusCode, String) {
 }
 
 fn workloads(shared: &Shared, query: Option<&str>) -> Answer {
-    let param = |k: &str| query_param(query, k).unwrap_or_default();
+    let params = Query::parse(query).map_err(bad)?;
+    let param = |k: &str| params.get(k);
     let kinds: Vec<String> = param("kind")
         .split(',')
         .map(str::trim)
@@ -653,7 +654,8 @@ struct DefinitionView {
 }
 
 fn workload(shared: &Shared, query: Option<&str>) -> Answer {
-    let param = |k: &str| query_param(query, k).unwrap_or_default();
+    let params = Query::parse(query).map_err(bad)?;
+    let param = |k: &str| params.get(k);
     let reference = pb::ObjectRef {
         uid: param("uid"),
         kind: param("kind"),

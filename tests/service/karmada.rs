@@ -938,3 +938,60 @@ async fn karmada_catalog_snapshots_agree_with_their_graphs() {
         assert!(kinds.contains(k), "{k} is covered: {kinds:?}");
     }
 }
+
+/// Issue 42: a replica count beyond int32 is refused with the field named (never answered
+/// with the definition's default), and Retain never copies a count beyond int32 into a patch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn karmada_counts_beyond_int32_are_refused_with_the_field_named() {
+    let (addr, _shared, _stop) = serve_webhook(webhook::Settings::default()).await;
+    let mut d = deployment();
+    d["spec"]["replicas"] = json!(1u64 << 40);
+    for op in ["InterpretReplica", "InterpretComponent"] {
+        let uid = format!("uid-{op}-big");
+        let (status, body) = post(addr, &context(&uid, op, &d, 0, json!({}))).await;
+        let answer: Json = serde_json::from_slice(&body).unwrap();
+        let text = answer.to_string();
+        assert_eq!(status, 200, "{text}");
+        assert_eq!(answer["response"]["successful"], false, "{op}: {text}");
+        assert_eq!(answer["response"]["status"]["code"], 422, "{op}: {text}");
+        let message = answer["response"]["status"]["message"].as_str().unwrap();
+        assert!(message.contains("beyond int32"), "{op}: {message}");
+        assert!(message.contains("spec.replicas"), "{op}: {message}");
+    }
+    let mut labelled = deployment();
+    labelled["metadata"]["labels"] = json!({"resourcetemplate.karmada.io/retain-replicas": "true"});
+    for count in [json!(u64::MAX), json!(1u64 << 31)] {
+        let mut member = labelled.clone();
+        member["spec"]["replicas"] = count.clone();
+        let uid = "uid-Retain-big";
+        let (status, body) = post(
+            addr,
+            &context(
+                uid,
+                "Retain",
+                &labelled,
+                0,
+                json!({"observedObject": member}),
+            ),
+        )
+        .await;
+        let answer: Json = serde_json::from_slice(&body).unwrap();
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["response"]["successful"], false, "{count}: {answer}");
+        assert!(answer["response"].get("patch").is_none(), "{answer}");
+        let message = answer["response"]["status"]["message"].as_str().unwrap();
+        assert!(message.contains("/spec/replicas"), "{message}");
+    }
+    // At int32's maximum it is kept.
+    let mut member = labelled.clone();
+    member["spec"]["replicas"] = json!(i32::MAX);
+    let r = ask(
+        addr,
+        "Retain",
+        &labelled,
+        0,
+        json!({"observedObject": member}),
+    )
+    .await;
+    assert_eq!(r["successful"], true, "{r}");
+}

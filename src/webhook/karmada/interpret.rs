@@ -221,16 +221,22 @@ impl Ask<'_> {
                     | code::BUDGET_EXCEEDED
                     | code::QUARANTINED
                     | code::OBJECT_UNREADABLE
+                    | code::QUANTITY_OUT_OF_RANGE
             )
         }) {
-            let status = if d.code == code::OBJECT_UNREADABLE {
-                400
+            let status = match d.code.as_str() {
+                code::OBJECT_UNREADABLE => 400,
+                code::QUANTITY_OUT_OF_RANGE => 422,
+                _ => 500,
+            };
+            let field = if d.expression.is_empty() {
+                String::new()
             } else {
-                500
+                format!(" (field `{}`)", echo(&d.expression))
             };
             return Err(Refusal::new(
                 status,
-                format!("{}: {}", d.code, echo(&d.message)),
+                format!("{}: {}{field}", d.code, echo(&d.message)),
             ));
         }
         Ok(prepared)
@@ -573,12 +579,20 @@ impl Ask<'_> {
                 .locations(self.json)
                 .map_err(|e| Refusal::new(422, format!("replicasAssignPath: {e}")))?;
             for steps in here {
-                let Some(kept) = observed
-                    .pointer(&patch::pointer(&steps))
-                    .filter(|v| v.is_u64())
-                else {
+                let at = patch::pointer(&steps);
+                let Some(kept) = observed.pointer(&at).filter(|v| v.is_u64()) else {
                     continue;
                 };
+                if kept.as_u64().is_none_or(|n| n > i32::MAX as u64) {
+                    return Err(Refusal::new(
+                        422,
+                        format!(
+                            "observedObject{at}: {} is beyond int32 (at most {}); not retained",
+                            echo(&kept.to_string()),
+                            i32::MAX
+                        ),
+                    ));
+                }
                 let op = patch::set(self.json, &steps, kept.clone())
                     .map_err(|e| Refusal::new(422, format!("replicasAssignPath: {e}")))?;
                 ops.extend(op);
