@@ -21,7 +21,7 @@ use crate::proto::v1 as pb;
 use crate::resolve::{self, Prepared, Want, diagnostics::code};
 use jaq_json::Val;
 use serde_json::Value as Json;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -616,15 +616,22 @@ impl Ask<'_> {
         if statuses.is_empty() {
             return Ok(Response::default());
         }
+        let mut spend = Spend::new(self.deadline);
+        // Each member is judged on the object with its status: the object's size counts
+        // once per member.
+        let object_size = nodes(self.json, MAX_MERGED_KEYS);
         // The member whose normalized status is least advanced speaks for all.
         let mut worst: Option<(u8, &Json)> = None;
         for status in &statuses {
+            spend.work(object_size.saturating_add(nodes(status, MAX_MERGED_KEYS)))?;
             let mut member = self.json.clone();
             if let Some(map) = member.as_object_mut() {
                 map.insert("status".to_owned(), (*status).clone());
             }
             let root = parse(&member)?;
+            let before = crate::expr::budget::spent();
             let prepared = self.prepare(&root, STATUS)?;
+            spend.work(crate::expr::budget::spent().saturating_sub(before) as usize)?;
             let rank = rank(prepared.status().phase);
             if worst.is_none_or(|(r, _)| rank < r) {
                 worst = Some((rank, status));
@@ -640,7 +647,7 @@ impl Ask<'_> {
                 .copied()
                 .filter(|s| !std::ptr::eq(*s, representative))
                 .collect();
-            merge(&mut merged, &others, 0);
+            merge(&mut merged, &others, 0, &mut spend)?;
         }
         if let (Some(map), Some(generation)) = (
             merged.as_object_mut(),
@@ -657,39 +664,138 @@ impl Ask<'_> {
     }
 }
 
+/// Most member status entries one AggregateStatus merges (every key of every member's
+/// status, at every depth): more is refused (code 400) with this bound named.
+pub const MAX_MERGED_KEYS: usize = 262_144;
+
+/// What an AggregateStatus may spend besides its evaluations' own budgets: the deadline,
+/// the work budget (`--eval-work`, over the member loop, the members' evaluations and the
+/// merge together) and [`MAX_MERGED_KEYS`].
+struct Spend {
+    deadline: Instant,
+    work_left: u64,
+    keys_left: usize,
+    until_clock: u32,
+}
+
+impl Spend {
+    fn new(deadline: Instant) -> Spend {
+        Spend {
+            deadline,
+            work_left: crate::expr::budget::configured().work,
+            keys_left: MAX_MERGED_KEYS,
+            until_clock: 0,
+        }
+    }
+
+    fn work(&mut self, units: usize) -> Answer<()> {
+        let units = units as u64;
+        if units > self.work_left {
+            return Err(Refusal::new(
+                500,
+                format!(
+                    "{}: AggregateStatus exceeded the evaluation work budget (--eval-work {}) over its members and their merge",
+                    code::BUDGET_EXCEEDED,
+                    crate::expr::budget::configured().work
+                ),
+            ));
+        }
+        self.work_left -= units;
+        self.clock()
+    }
+
+    fn keys(&mut self, n: usize) -> Answer<()> {
+        if n > self.keys_left {
+            return Err(Refusal::new(
+                400,
+                format!(
+                    "AggregateStatus: the member statuses hold more than {MAX_MERGED_KEYS} keys to merge (the bound of one request)"
+                ),
+            ));
+        }
+        self.keys_left -= n;
+        self.work(n)
+    }
+
+    /// The deadline, read every 64 calls.
+    fn clock(&mut self) -> Answer<()> {
+        if self.until_clock == 0 {
+            self.until_clock = 64;
+            if Instant::now() >= self.deadline {
+                return Err(Refusal::new(
+                    500,
+                    format!(
+                        "{}: AggregateStatus ran past the resolve deadline",
+                        code::DEADLINE
+                    ),
+                ));
+            }
+        }
+        self.until_clock -= 1;
+        Ok(())
+    }
+}
+
+/// The values of `json` (every array element and object entry, at every depth), counted up
+/// to `cap`.
+fn nodes(json: &Json, cap: usize) -> usize {
+    let mut n = 0usize;
+    let mut stack = vec![json];
+    while let Some(v) = stack.pop() {
+        n += 1;
+        if n >= cap {
+            return cap;
+        }
+        match v {
+            Json::Array(a) => stack.extend(a),
+            Json::Object(o) => stack.extend(o.values()),
+            _ => {}
+        }
+    }
+    n
+}
+
 /// How deep [`merge`] descends into status objects.
 const MERGE_DEPTH: usize = 16;
 
 /// Merges the other members' statuses into the representative's `into`: objects by key
 /// (members' keys the representative lacks are added), whole-number counters summed
 /// (except `observedGeneration`), everything else kept as the representative has it.
-fn merge(into: &mut Json, others: &[&Json], depth: usize) {
-    let Json::Object(map) = into else { return };
+/// Linear: one pass over each member's entries groups their values by key.
+fn merge(into: &mut Json, others: &[&Json], depth: usize, spend: &mut Spend) -> Answer<()> {
+    let Json::Object(map) = into else {
+        return Ok(());
+    };
     if depth >= MERGE_DEPTH {
-        return;
+        return Ok(());
     }
-    let mut keys: Vec<String> = map.keys().cloned().collect();
+    // Each key's values among the others (in member order), keys in first-seen order.
+    let mut order: Vec<&str> = Vec::new();
+    let mut groups: HashMap<&str, Vec<&Json>> = HashMap::new();
     for other in others {
-        for k in other.as_object().into_iter().flat_map(|o| o.keys()) {
-            if !map.contains_key(k) && !keys.contains(k) {
-                keys.push(k.clone());
+        let Some(o) = other.as_object() else { continue };
+        spend.keys(o.len())?;
+        for (k, v) in o {
+            match groups.entry(k.as_str()) {
+                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().push(v),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    order.push(k.as_str());
+                    e.insert(vec![v]);
+                }
             }
         }
     }
-    for key in keys {
-        let values: Vec<&Json> = others.iter().filter_map(|o| o.get(&key)).collect();
+    let own: Vec<String> = map.keys().cloned().collect();
+    for key in own {
+        let Some(values) = groups.remove(key.as_str()) else {
+            continue;
+        };
         let Some(value) = map.get_mut(&key) else {
-            // Only other members have it: the first of them gives it, merged with the rest.
-            if let Some((first, rest)) = values.split_first() {
-                let mut v = (*first).clone();
-                merge(&mut v, rest, depth + 1);
-                map.insert(key, v);
-            }
             continue;
         };
         if value.is_object() {
             let objects: Vec<&Json> = values.into_iter().filter(|v| v.is_object()).collect();
-            merge(value, &objects, depth + 1);
+            merge(value, &objects, depth + 1, spend)?;
         } else if key != "observedGeneration"
             && let Some(mut sum) = value.as_i64()
             && values.iter().all(|v| v.is_i64())
@@ -700,6 +806,19 @@ fn merge(into: &mut Json, others: &[&Json], depth: usize) {
             *value = Json::from(sum);
         }
     }
+    // Only other members have it: the first of them gives it, merged with the rest.
+    for key in order {
+        let Some(values) = groups.remove(key) else {
+            continue;
+        };
+        if let Some((first, rest)) = values.split_first() {
+            spend.work(nodes(first, MAX_MERGED_KEYS))?;
+            let mut v = (*first).clone();
+            merge(&mut v, rest, depth + 1, spend)?;
+            map.insert(key.to_owned(), v);
+        }
+    }
+    Ok(())
 }
 
 /// The pod specs [`resolve::prepare_with`] kept, for each instance of `list`.
