@@ -6,18 +6,18 @@
 //! components; their pod specs give node claims, priority classes and dependencies; the
 //! normalized status gives health and picks the member status that aggregation keeps.
 
-use super::extras::{self, Extras};
 use super::patch::{self, Step};
 use super::pods;
 use super::wire::{Component, ReplicaRequirements, Request, RequestStatus, Response};
 use crate::definition::plan::PodSpecSource;
 use crate::definition::{Catalog, Definition};
 use crate::excerpt::echo;
+use crate::expr::Expr;
 use crate::expr::value::Limits;
-use crate::expr::{EvalError, Expr};
 use crate::model::Object;
 use crate::model::resources::{Amounts, format_quantity};
 use crate::proto::v1 as pb;
+use crate::resolve::evaluate::Cut;
 use crate::resolve::{self, Prepared, Want, diagnostics::code};
 use jaq_json::Val;
 use serde_json::Value as Json;
@@ -126,7 +126,6 @@ fn run(
         root: &root,
         json: object,
         deadline,
-        extras: extras::of(&def),
     };
     match op {
         "InterpretReplica" => ask.replica(),
@@ -206,7 +205,6 @@ struct Ask<'a> {
     root: &'a Object,
     json: &'a Json,
     deadline: Instant,
-    extras: Arc<Extras>,
 }
 
 impl Ask<'_> {
@@ -215,13 +213,7 @@ impl Ask<'_> {
     fn prepare(&self, root: &Object, want: Want) -> Answer<Prepared> {
         let prepared = resolve::prepare_with(self.def, root, Some(self.deadline), want);
         if let Some(d) = prepared.diagnostics().iter().find(|d| {
-            matches!(
-                d.code.as_str(),
-                code::DEADLINE
-                    | code::BUDGET_EXCEEDED
-                    | code::QUARANTINED
-                    | code::OBJECT_UNREADABLE
-            )
+            resolve::diagnostics::evaluation_cut_short(&d.code) || d.code == code::OBJECT_UNREADABLE
         }) {
             let status = if d.code == code::OBJECT_UNREADABLE {
                 400
@@ -261,31 +253,26 @@ impl Ask<'_> {
         out
     }
 
-    /// Evaluates `expr` on the root; budget overruns count against the definition.
+    /// Evaluates `expr` on the root through the resolver's guarded evaluation (quarantine,
+    /// deadline, budget overruns counted against the definition).
     fn eval(&self, expr: &Expr, root: &Val, what: &str) -> Answer<Vec<Val>> {
-        if let Some(q) = self.def.breaker().quarantined() {
-            return Err(Refusal::new(
-                500,
-                format!(
-                    "definition `{}` is quarantined: {}",
-                    self.def.name, q.reason
+        resolve::evaluate::evaluate(self.def, expr, root, &[], Some(self.deadline)).map_err(|cut| {
+            match cut {
+                Cut::Quarantined(reason) => Refusal::new(
+                    500,
+                    format!("definition `{}` is quarantined: {reason}", self.def.name),
                 ),
-            ));
-        }
-        match expr.eval_with(root, &[], Some(self.deadline)) {
-            Ok(out) => Ok(out),
-            Err(EvalError::Budget(what_ran_out)) => {
-                self.def.breaker().record(what_ran_out);
-                Err(Refusal::new(
+                Cut::Deadline => Refusal::new(
+                    500,
+                    format!("{}: {what}: resolve deadline exceeded", code::DEADLINE),
+                ),
+                Cut::Budget(what_ran_out) => Refusal::new(
                     500,
                     format!("{what}: evaluation budget exceeded ({what_ran_out:?})"),
-                ))
+                ),
+                Cut::Failed(e) => Refusal::new(500, format!("{what}: {}", echo(&e.to_string()))),
             }
-            Err(e) => Err(Refusal::new(
-                500,
-                format!("{what}: {}", echo(&e.to_string())),
-            )),
-        }
+        })
     }
 
     /// The pod spec of every instance of component `c` (by position; `None` when missing).
@@ -420,12 +407,9 @@ impl Ask<'_> {
     fn names(&self, list: &[Instance]) -> Answer<Vec<String>> {
         let root = self.root.value();
         let mut given: BTreeMap<usize, Vec<String>> = BTreeMap::new();
-        for (c, compiled) in self.extras.names.iter().enumerate() {
-            if let Some(compiled) = compiled {
-                let expr = compiled
-                    .as_ref()
-                    .map_err(|e| Refusal::new(500, e.to_string()))?;
-                let out = self.eval(expr, &root, "componentNamePath")?;
+        for (c, comp) in self.def.components.iter().enumerate() {
+            if let Some(expr) = &comp.interpreter.name_path {
+                let out = self.eval(&expr.expr, &root, "componentNamePath")?;
                 given.insert(
                     c,
                     out.iter()
@@ -470,11 +454,8 @@ impl Ask<'_> {
         let list = self.instances(&prepared);
         // The writable location of each instance, if its component has one.
         let mut paths: BTreeMap<usize, Vec<Vec<Step>>> = BTreeMap::new();
-        for (c, parsed) in self.extras.assign.iter().enumerate() {
-            if let Some(parsed) = parsed {
-                let path = parsed
-                    .as_ref()
-                    .map_err(|e| Refusal::new(500, e.to_string()))?;
+        for (c, comp) in self.def.components.iter().enumerate() {
+            if let Some(path) = &comp.interpreter.assign_path {
                 let steps = path
                     .locations(self.json)
                     .map_err(|e| Refusal::new(422, format!("replicasAssignPath: {e}")))?;
@@ -493,7 +474,12 @@ impl Ask<'_> {
             .collect();
         let (i, path) = match writable.as_slice() {
             [one] => *one,
-            [] if self.extras.assign.iter().any(Option::is_some) => {
+            [] if self
+                .def
+                .components
+                .iter()
+                .any(|c| c.interpreter.assign_path.is_some()) =>
+            {
                 // The definition says where counts go, but this object has no such
                 // instance (no worker group): nothing can change.
                 return Ok(Response::default());
@@ -565,10 +551,12 @@ impl Ask<'_> {
             return Ok(Response::default());
         };
         let mut ops = Vec::new();
-        for parsed in self.extras.assign.iter().flatten() {
-            let path = parsed
-                .as_ref()
-                .map_err(|e| Refusal::new(500, e.to_string()))?;
+        for path in self
+            .def
+            .components
+            .iter()
+            .filter_map(|c| c.interpreter.assign_path.as_ref())
+        {
             let here = path
                 .locations(self.json)
                 .map_err(|e| Refusal::new(422, format!("replicasAssignPath: {e}")))?;

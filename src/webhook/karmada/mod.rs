@@ -4,7 +4,6 @@
 //! resolve deadline. See `docs/karmada.md`.
 
 pub mod config;
-mod extras;
 pub mod interpret;
 mod patch;
 mod pods;
