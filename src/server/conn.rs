@@ -107,6 +107,9 @@ pub struct Conn {
     watches: Mutex<Vec<Weak<Stall>>>,
     /// Set when a newer connection took its place (see [`Gate::http`]).
     evicted: AtomicBool,
+    /// Set once the server read from it: until then it may hold a whole request head not
+    /// read yet, so it is not evicted.
+    polled: AtomicBool,
     /// The task reading the connection, woken on eviction.
     reader: Mutex<Option<Waker>>,
 }
@@ -119,13 +122,16 @@ impl Conn {
             idle_since: AtomicU64::new(now_ms()),
             watches: Mutex::new(Vec::new()),
             evicted: AtomicBool::new(false),
+            polled: AtomicBool::new(false),
             reader: Mutex::new(None),
         }
     }
 
-    /// Since when it waits for a request head (`None`: a request is in progress).
+    /// Since when it waits for a request head (`None`: a request is in progress, or the
+    /// server has not read from it yet).
     fn waiting_since(&self) -> Option<u64> {
-        (self.open.load(Ordering::Relaxed) == 0).then(|| self.idle_since.load(Ordering::Relaxed))
+        (self.open.load(Ordering::Relaxed) == 0 && self.polled.load(Ordering::Relaxed))
+            .then(|| self.idle_since.load(Ordering::Relaxed))
     }
 
     /// Ends the connection: its next read or write fails.
@@ -544,6 +550,10 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
         }
         let before = buf.filled().len();
         let result = Pin::new(&mut this.io).poll_read(cx, buf);
+        if result.is_pending() {
+            // The server waits for the client: from now on it may be evicted.
+            this.conn.polled.store(true, Ordering::Relaxed);
+        }
         if let Poll::Ready(Ok(())) = result {
             let n = buf.filled().len().saturating_sub(before);
             this.read = this.read.saturating_add(n as u64).min(GREETING);
@@ -744,18 +754,29 @@ mod tests {
             let (server, client) = tokio::io::duplex(64);
             gate.admit(server, p).map(|g| (g, client))
         };
+        // A connection becomes evictable once the server waited for it to send.
+        async fn touch(g: &mut Guarded<tokio::io::DuplexStream>) {
+            let mut buf = [0u8; 8];
+            let _ = tokio::time::timeout(Duration::from_millis(1), g.read(&mut buf)).await;
+        }
         let (mut oldest, _c1) = admit(peer(1)).expect("first");
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let (busy, _c2) = admit(peer(1)).expect("second");
+        let (mut busy, _c2) = admit(peer(1)).expect("second");
+        // Not read yet: never evicted (its head may be waiting in the socket).
+        assert!(admit(peer(1)).is_none(), "nothing evictable yet");
+        touch(&mut oldest).await;
+        touch(&mut busy).await;
         let _request = busy.conn().request();
         // Peer 1 at its cap: its third connection evicts the one waiting for a head, not
         // the one serving a request.
-        let (third, _c3) = admit(peer(1)).expect("third evicts");
+        let (mut third, _c3) = admit(peer(1)).expect("third evicts");
+        touch(&mut third).await;
         read_fails_within(&mut oldest, Duration::from_millis(100)).await;
         assert!(!busy.conn().evicted.load(Ordering::Relaxed));
         // Total cap (3): peer 2 fills it; then peer 3 evicts the longest waiting of all.
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let (other, _c4) = admit(peer(2)).expect("another peer gets in");
+        let (mut other, _c4) = admit(peer(2)).expect("another peer gets in");
+        touch(&mut other).await;
         let (again, _c5) = admit(peer(3)).expect("evicts at the total cap");
         assert!(third.conn().evicted.load(Ordering::Relaxed));
         assert!(!other.conn().evicted.load(Ordering::Relaxed));

@@ -604,6 +604,14 @@ impl Ask<'_> {
         if statuses.is_empty() {
             return Ok(Response::default());
         }
+        // The bound on what is merged, checked before any work: one linear count.
+        let mut total = 0usize;
+        for status in &statuses {
+            total = total.saturating_add(nodes(status, MAX_MERGED_KEYS + 1));
+            if total > MAX_MERGED_KEYS {
+                return Err(too_many_keys());
+            }
+        }
         let mut spend = Spend::new(self.deadline);
         // Each member is judged on the object with its status: the object's size counts
         // once per member.
@@ -694,12 +702,7 @@ impl Spend {
 
     fn keys(&mut self, n: usize) -> Answer<()> {
         if n > self.keys_left {
-            return Err(Refusal::new(
-                400,
-                format!(
-                    "AggregateStatus: the member statuses hold more than {MAX_MERGED_KEYS} keys to merge (the bound of one request)"
-                ),
-            ));
+            return Err(too_many_keys());
         }
         self.keys_left -= n;
         self.work(n)
@@ -722,6 +725,16 @@ impl Spend {
         self.until_clock -= 1;
         Ok(())
     }
+}
+
+/// The refusal of statuses beyond [`MAX_MERGED_KEYS`].
+fn too_many_keys() -> Refusal {
+    Refusal::new(
+        400,
+        format!(
+            "AggregateStatus: the member statuses hold more than {MAX_MERGED_KEYS} keys and values to merge (the bound of one request)"
+        ),
+    )
 }
 
 /// The values of `json` (every array element and object entry, at every depth), counted up
