@@ -508,14 +508,17 @@ fn compile_component(
         .status_definition
         .as_ref()
         .map(|s| compile_status(cx, s, &format!("{path}.statusDefinition")));
-    // Extension: checked here, compiled where it is used (the Karmada webhook).
+    // The extension (Karmada's interpreter): compiled once, with the definition.
+    let mut interpreter = super::plan::Interpreter::default();
     if let Some(ext) = &c.interpreter_definition {
         let ip = format!("{path}.interpreterDefinition");
-        cx.expr(&format!("{ip}.componentNamePath"), &ext.component_name_path);
-        if let Some(source) = &ext.replicas_assign_path
-            && let Err(e) = super::assign::AssignPath::parse(source)
-        {
-            cx.error(&format!("{ip}.replicasAssignPath"), e.to_string());
+        interpreter.name_path =
+            cx.expr(&format!("{ip}.componentNamePath"), &ext.component_name_path);
+        if let Some(source) = &ext.replicas_assign_path {
+            match super::assign::AssignPath::parse(source) {
+                Ok(parsed) => interpreter.assign_path = Some(parsed),
+                Err(e) => cx.error(&format!("{ip}.replicasAssignPath"), e.to_string()),
+            }
         }
     }
     if let Some(suspend) = &c.suspend_definition {
@@ -575,6 +578,7 @@ fn compile_component(
         type_selector,
         instance_selector,
         replica_selector,
+        interpreter,
         path: path.to_owned(),
     })
 }

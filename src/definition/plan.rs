@@ -91,8 +91,19 @@ pub struct Component {
     pub instance_selector: Option<Compiled>,
     /// `replicaSelector.keyPath`.
     pub replica_selector: Option<Compiled>,
+    /// `interpreterDefinition` (Karmada's resource interpreter).
+    pub interpreter: Interpreter,
     /// YAML path of the component, for diagnostics.
     pub path: String,
+}
+
+/// A component's `interpreterDefinition` extension, compiled with the definition.
+#[derive(Debug, Default)]
+pub struct Interpreter {
+    /// `componentNamePath`.
+    pub name_path: Option<Compiled>,
+    /// `replicasAssignPath`.
+    pub assign_path: Option<super::assign::AssignPath>,
 }
 
 impl Component {

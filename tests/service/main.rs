@@ -2,6 +2,8 @@
 //! watched manifest directory and a hot-reloaded definitions directory.
 
 mod aggregator;
+#[path = "../common/attacks.rs"]
+mod attacks;
 #[path = "../common/process.rs"]
 mod process;
 #[path = "../common/workloads.rs"]

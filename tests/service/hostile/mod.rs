@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 mod aggregator;
+mod doors;
 mod files;
 mod net;
 mod resolve;
