@@ -23,5 +23,6 @@ mod jq_compat;
 mod layers;
 mod malformed;
 mod memo;
+mod patch;
 mod resolution;
 mod safety;
