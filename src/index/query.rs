@@ -102,6 +102,15 @@ impl Index {
             .map(|w| w.graph.clone())
     }
 
+    /// A cached object (not a pod) by uid, as JSON (as cached: see `model::OBJECT_RULE`).
+    pub fn object_json(&self, uid: &str) -> Option<serde_json::Value> {
+        let objects = self.objects();
+        match &objects.get(uid)?.cached {
+            crate::model::Cached::Object(o) if o.problem.is_none() => Some(o.packed.to_json()),
+            _ => None,
+        }
+    }
+
     /// True when an object of this kind/namespace/name is cached (whether or not it is a
     /// workload), and its `apiVersion`.
     pub fn object_api_version(&self, kind: &str, namespace: &str, name: &str) -> Option<String> {

@@ -79,6 +79,19 @@ impl Patch {
         self.ops.is_empty()
     }
 
+    /// The number of operations that change something (preconditions not counted).
+    pub fn changes(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True when the merge patch sends an array whole (a write inside an array element).
+    pub fn merge_patch_sends_arrays(&self) -> bool {
+        self.ops
+            .iter()
+            .zip(&self.roots)
+            .any(|(op, root)| op.path().matches('/').count() > root.len())
+    }
+
     /// The RFC 6902 operations, the `test` preconditions first when [`Patch::guarded`]
     /// (none for an empty patch).
     pub fn operations(&self) -> Vec<Op> {

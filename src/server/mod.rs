@@ -10,6 +10,7 @@ pub mod evaluations;
 mod observe;
 mod open;
 mod paging;
+pub mod patch;
 mod resolver;
 mod routes;
 mod store;
