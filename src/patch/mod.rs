@@ -21,7 +21,7 @@ pub use intents::{IntentError, Intents, Lifecycle, Toleration};
 pub use ops::Op;
 
 use crate::definition::Definition;
-use crate::expr::{Limits, Val, value};
+use crate::expr::{EvalError, Limits, Val, value};
 use ops::{WriteError, Writer, pointer};
 use pathmode::{Loc, Stop, Target};
 use plan::{Field, Shape, WritePlan};
@@ -171,21 +171,10 @@ pub fn plan(
     if let Some(l) = intents.lifecycle {
         p.lifecycle(l)?;
     }
-    if p.writer.ops.len() > MAX_OPS {
-        return Err(PatchRefused::Bound {
-            what: "patch operations",
-            limit: MAX_OPS,
-        });
-    }
-    let size = serde_json::to_vec(&p.writer.ops).map_or(usize::MAX, |b| b.len());
-    if size > MAX_PATCH_BYTES {
-        return Err(PatchRefused::Bound {
-            what: "patch bytes",
-            limit: MAX_PATCH_BYTES,
-        });
-    }
     p.verify()?;
-    let Writer { doc, ops, roots } = p.writer;
+    let Writer {
+        doc, ops, roots, ..
+    } = p.writer;
     Ok(Patch {
         ops,
         roots,
@@ -254,15 +243,23 @@ impl<'a, 'p> Planner<'a, 'p> {
     fn read(&mut self, field: &Field) -> Result<Vec<Json>, PatchRefused> {
         let deadline = self.deadline;
         let val = self.val()?;
-        Ok(match &field.read {
-            Some(e) => e
-                .eval_with(val, &[], Some(deadline))
-                .unwrap_or_default()
-                .iter()
-                .map(value::to_json)
-                .collect(),
-            None => Vec::new(),
-        })
+        let Some(e) = &field.read else {
+            return Ok(Vec::new());
+        };
+        match e.eval_with(val, &[], Some(deadline)) {
+            Ok(out) => Ok(out.iter().map(value::to_json).collect()),
+            // As in resolution: an expression that fails on this object shows nothing.
+            Err(EvalError::Runtime(_)) => Ok(Vec::new()),
+            // A bound: what the graph shows is not known, so nothing is written.
+            Err(EvalError::TooManyOutputs) => Err(PatchRefused::Bound {
+                what: "outputs of one expression",
+                limit: crate::expr::MAX_OUTPUTS,
+            }),
+            Err(_) => Err(PatchRefused::Bound {
+                what: "milliseconds of evaluation",
+                limit: DEADLINE.as_millis() as usize,
+            }),
+        }
     }
 
     /// Where each output of `field` is written; `None` for an output that is absent
@@ -331,6 +328,23 @@ impl<'a, 'p> Planner<'a, 'p> {
         Ok(out)
     }
 
+    /// Stops as soon as the patch passes a bound (checked after every write).
+    fn bounded(&self) -> Result<(), PatchRefused> {
+        if self.writer.ops.len() > MAX_OPS {
+            return Err(PatchRefused::Bound {
+                what: "patch operations",
+                limit: MAX_OPS,
+            });
+        }
+        if self.writer.bytes > MAX_PATCH_BYTES {
+            return Err(PatchRefused::Bound {
+                what: "patch bytes",
+                limit: MAX_PATCH_BYTES,
+            });
+        }
+        Ok(())
+    }
+
     fn set(
         &mut self,
         component: &str,
@@ -362,6 +376,7 @@ impl<'a, 'p> Planner<'a, 'p> {
         };
         result
             .map_err(|e: WriteError| self.refuse(component, format!("cannot write {what}: {e}")))?;
+        self.bounded()?;
         Ok(pointer(&loc))
     }
 

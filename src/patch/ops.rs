@@ -89,6 +89,19 @@ pub(crate) struct Writer {
     pub(crate) ops: Vec<Op>,
     /// Where each write goes in a merge patch (see [`merge_root`]).
     pub(crate) roots: Vec<Loc>,
+    /// About how many bytes the operations take as JSON.
+    pub(crate) bytes: usize,
+}
+
+/// About how many bytes `v` takes as JSON (strings without escapes).
+fn size(v: &Json) -> usize {
+    match v {
+        Json::Null | Json::Bool(_) => 5,
+        Json::Number(_) => 12,
+        Json::String(s) => s.len() + 2,
+        Json::Array(a) => 2 + a.iter().map(|x| size(x) + 1).sum::<usize>(),
+        Json::Object(m) => 2 + m.iter().map(|(k, x)| k.len() + 4 + size(x)).sum::<usize>(),
+    }
 }
 
 fn mut_at<'a>(doc: &'a mut Json, loc: &[Step]) -> Option<&'a mut Json> {
@@ -108,6 +121,7 @@ impl Writer {
             doc,
             ops: Vec::new(),
             roots: Vec::new(),
+            bytes: 0,
         }
     }
 
@@ -169,6 +183,7 @@ impl Writer {
             }
         }
         self.roots.push(merge_root(loc));
+        self.bytes += path.len() + size(&nested) + 32;
         self.ops.push(if exists {
             Op::Replace {
                 path,
@@ -196,6 +211,7 @@ impl Writer {
                     items.push(item.clone());
                 }
                 self.roots.push(merge_root(loc));
+                self.bytes += path.len() + size(&item) + 32;
                 self.ops.push(Op::Add { path, value: item });
                 Ok(())
             }

@@ -10,6 +10,7 @@
 mod aggregator;
 mod files;
 mod net;
+mod patch;
 mod resolve;
 
 use std::io::{Read, Write};
