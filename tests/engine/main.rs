@@ -24,5 +24,6 @@ mod layers;
 mod malformed;
 mod memo;
 mod patch;
+mod patch_quickstart;
 mod resolution;
 mod safety;

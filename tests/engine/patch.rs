@@ -510,3 +510,76 @@ fn server_patches_start_with_preconditions_and_an_idle_patch_has_none() {
         .unwrap();
     assert_eq!(idle.json_patch(), json!([]));
 }
+
+#[test]
+fn the_cli_prints_a_patch_kubectl_takes_and_refuses_whole() {
+    let object = realistic()
+        .into_iter()
+        .find(|(_, what, _)| what.starts_with("examples/cluster/jobset.yaml:JobSet/llama-train"))
+        .expect("the demo JobSet")
+        .2;
+    let args = [
+        "patch",
+        "-f",
+        "examples/cluster",
+        "jobset/llama-train",
+        "--scheduler-name",
+        SCHEDULER,
+        "--label",
+        "kai.scheduler/queue=team-a",
+        "--toleration",
+        "nvidia.com/gpu:NoSchedule",
+    ];
+    let out = crate::common::kartograf(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1, "one line for kubectl -p");
+    let patched = apply(&object, &serde_json::from_str(&text).unwrap());
+    for job in patched["spec"]["replicatedJobs"].as_array().unwrap() {
+        let t = &job["template"]["spec"]["template"];
+        assert_eq!(t["spec"]["schedulerName"], SCHEDULER);
+        assert_eq!(t["spec"]["tolerations"][0]["key"], "nvidia.com/gpu");
+        // The file's document, env and all, is what was patched.
+        assert_eq!(
+            t["spec"]["containers"],
+            object["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+        );
+    }
+    let yaml = crate::common::kartograf(&[&args[..], &["-o", "yaml"]].concat());
+    assert!(yaml.status.success());
+    let from_yaml = kartograf::manifest::parse_documents(&String::from_utf8(yaml.stdout).unwrap())
+        .unwrap()
+        .remove(0);
+    assert_eq!(from_yaml, patched);
+    let merge = crate::common::kartograf(&[&args[..], &["-o", "merge-patch"]].concat());
+    let mut merged = object.clone();
+    json_patch::merge(&mut merged, &serde_json::from_slice(&merge.stdout).unwrap());
+    assert_eq!(merged, patched);
+    // A kind whose definition has no place for a scheduler name: exit 7, nothing printed.
+    let out = crate::common::kartograf(&[
+        "patch",
+        "-f",
+        "examples/cluster/spark.yaml",
+        "--scheduler-name",
+        SCHEDULER,
+    ]);
+    assert_eq!(out.status.code(), Some(7));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("schedulerNamePath"));
+    // A label Kubernetes refuses, and no intent at all: exit 1.
+    for bad in [&["--label", "Bad Key=x"][..], &[]] {
+        let out = crate::common::kartograf(
+            &[
+                &["patch", "-f", "examples/cluster", "jobset/llama-train"][..],
+                bad,
+            ]
+            .concat(),
+        );
+        assert_eq!(out.status.code(), Some(1), "{bad:?}");
+        assert!(out.stdout.is_empty());
+    }
+}
