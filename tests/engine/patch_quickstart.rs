@@ -50,7 +50,7 @@ fn the_quickstart_read_back_equals_upstreams_recorded_output() {
                 continue;
             };
             let ids: Vec<String> = match &c.instance_ids {
-                Some(e) => e.eval(&val).unwrap().iter().map(value::to_text).collect(),
+                Some(e) => e.expr.eval(&val).unwrap().iter().map(value::to_text).collect(),
                 None => vec![String::new()],
             };
             let templates: Vec<Value> = Expr::compile(t.source())
