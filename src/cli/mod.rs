@@ -6,6 +6,7 @@ mod definitions;
 mod gangs;
 pub mod karta_status;
 mod output;
+pub mod patch;
 mod resolve;
 mod serve;
 pub mod tree;
@@ -82,6 +83,11 @@ pub enum Command {
     /// Workload/PodGroup, coscheduling PodGroup), offline (-f) or from a server; with
     /// --verify, the gang objects in the files checked against the workload.
     Gangs(Box<gangs::Args>),
+    /// Compute (or with --apply, send) the patch that writes a scheduler name, pod labels
+    /// and annotations, priority class, node selector, tolerations, suspend/resume or
+    /// replicas into a workload through its definition (docs/patch.md); offline (-f), from
+    /// a server, or against the kubeconfig's cluster (--apply).
+    Patch(Box<patch::Args>),
     /// Validate definition files or folders (the embedded catalog when none are given).
     Check(check::Args),
     /// List the definitions in effect (embedded catalog, plus --definitions).
@@ -235,6 +241,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Totals(args) => client::totals(args),
         Command::Resolve(args) => resolve::run(args),
         Command::Gangs(args) => gangs::run(*args),
+        Command::Patch(args) => patch::run(*args),
         Command::Check(args) => check::run(args),
         Command::Definitions(args) => definitions::run(args),
         Command::KarmadaConfig(args) => load_catalog(&args.definitions).map(|catalog| {

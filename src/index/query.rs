@@ -98,6 +98,15 @@ impl Index {
             .map(|w| w.graph.clone())
     }
 
+    /// A cached object (not a pod) by uid, as JSON (as cached: see `model::OBJECT_RULE`).
+    pub fn object_json(&self, uid: &str) -> Option<serde_json::Value> {
+        let objects = self.objects();
+        match &objects.get(uid)?.cached {
+            crate::model::Cached::Object(o) if o.problem.is_none() => Some(o.packed.to_json()),
+            _ => None,
+        }
+    }
+
     /// The published graph of the workload that owns a cached pod, and where the pod sits.
     pub fn published_of_pod(
         &self,

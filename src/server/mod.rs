@@ -11,6 +11,7 @@ pub mod http;
 mod observe;
 mod open;
 mod paging;
+pub mod patch;
 mod resolver;
 mod routes;
 mod store;

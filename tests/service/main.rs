@@ -21,6 +21,7 @@ mod karta_admission;
 mod karta_status;
 mod kube;
 mod observability;
+mod patch;
 mod sources;
 mod strict;
 mod synth_cluster;

@@ -11,6 +11,7 @@ mod aggregator;
 mod doors;
 mod files;
 mod net;
+mod patch;
 mod resolve;
 mod weak_spots;
 
