@@ -27,7 +27,7 @@ mod synth;
 
 use kartograf::aggregate::{self, Aggregator, UpstreamConfig};
 use kartograf::definition::{Catalog, LoadReport};
-use kartograf::index::Index;
+use kartograf::index::{Index, Write};
 use kartograf::metrics::Observed;
 use kartograf::proto::v1 as pb;
 use kartograf::proto::v1::workload_resolver_client::WorkloadResolverClient;
@@ -150,7 +150,7 @@ async fn upstream(name: &str, pods: usize, seed: u64) -> Upstream {
     let docs = cluster.all();
     let index =
         Arc::new(Index::new(Catalog::embedded().expect("catalog"), &[]).with_cluster(name, true));
-    let skipped = index.reset("synth", &docs);
+    let skipped = index.batch().write(Write::reset("synth", &docs));
     assert!(skipped.is_empty(), "{skipped:?}");
     let (tx, rx) = tokio::sync::watch::channel(false);
     let addr = serve(Shared::new(
@@ -252,7 +252,7 @@ async fn fanout(
         let mut doc = root.clone();
         doc["metadata"]["labels"]["bench-change"] = Json::from(format!("{tag}-{change}"));
         let t0 = Instant::now();
-        index.apply(&doc, "synth").expect("apply");
+        assert!(index.batch().write(Write::apply("synth", doc)).is_empty());
         let mut got = 0;
         let mut slowest = Duration::ZERO;
         while got < subscribers {

@@ -29,8 +29,8 @@ mod fake_apiserver;
 
 use kartograf::definition::Catalog;
 use kartograf::expr::Limits;
-use kartograf::index::Index;
-use kartograf::model::{Object, Pod};
+use kartograf::index::{Index, Write};
+use kartograf::model::{Cached, Object, Pod};
 use serde_json::Value as Json;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Arc;
@@ -217,7 +217,7 @@ fn memory(pods: usize) {
             .iter()
             .map(|s| serde_json::from_str(s).expect("json"))
             .collect();
-        let skipped = index.reset("synth", &docs);
+        let skipped = index.batch().write(Write::reset("synth", &docs));
         assert!(skipped.is_empty(), "{skipped:?}");
     }
     let steady = live() - heap0;
@@ -229,9 +229,12 @@ fn memory(pods: usize) {
     {
         let items: Vec<_> = wire
             .iter()
-            .map(|s| index.convert(&serde_json::from_str(s).expect("json")))
+            .map(|s| Cached::from_json(&serde_json::from_str(s).expect("json"), Limits::default()))
             .collect();
-        index.reset_converted("synth", items);
+        index.batch().write(Write::Reset {
+            source: "synth".into(),
+            items,
+        });
     }
     let relist_peak = peak() - heap0;
     let after_relist = live() - heap0;
@@ -243,7 +246,7 @@ fn memory(pods: usize) {
             .iter()
             .map(|s| serde_json::from_str(s).expect("json"))
             .collect();
-        index.reset("synth", &docs);
+        index.batch().write(Write::reset("synth", &docs));
     }
     let json_buffered_peak = peak() - heap0;
     reset_peak();
@@ -254,7 +257,7 @@ fn memory(pods: usize) {
         .collect();
     let held = live() - heap0;
     reset_peak();
-    index.reset("synth", &docs_held);
+    index.batch().write(Write::reset("synth", &docs_held));
     let index_peak = peak() - heap0 - (held - after_relist);
     drop(docs_held);
 
@@ -296,7 +299,7 @@ fn memory(pods: usize) {
 fn ingest(events: usize) {
     let cluster = cluster(10_000.min(events.max(200)));
     let index = Index::new(Catalog::embedded().expect("catalog"), &[]);
-    index.reset("synth", &cluster.all());
+    index.batch().write(Write::reset("synth", &cluster.all()));
     let n = cluster.pods.len();
     let version = |pod: &mut Json, i: usize| {
         pod["metadata"]["resourceVersion"] = Json::String(format!("{}", 10_000_000 + i));
@@ -338,17 +341,17 @@ fn ingest(events: usize) {
     }
     let parse = t.elapsed();
 
-    let run = |updates: &[Json]| {
+    let run = |updates: Vec<Json>| {
         let resolutions = index.resolutions();
-        let revision = index.revision();
+        let revision = index.board().revision();
         let t = Instant::now();
         for pod in updates {
-            index.apply(pod, "synth").expect("apply");
+            assert!(index.batch().write(Write::apply("synth", pod)).is_empty());
         }
         (
             t.elapsed(),
             index.resolutions() - resolutions,
-            index.revision() - revision,
+            index.board().revision() - revision,
         )
     };
     // Status updates first: each is the cached pod plus a restart count (the flips, made
@@ -356,9 +359,9 @@ fn ingest(events: usize) {
     for (what, updates) in [
         (
             "status updates the graph does not show (restart counts)",
-            &heartbeats,
+            heartbeats,
         ),
-        ("graph-changing updates (Ready flips)", &flips),
+        ("graph-changing updates (Ready flips)", flips),
     ] {
         let (took, resolutions, published) = run(updates);
         println!(

@@ -16,7 +16,7 @@
 mod args;
 
 use kartograf::definition::{Catalog, LoadReport};
-use kartograf::index::Index;
+use kartograf::index::{Index, Write};
 use kartograf::proto::v1 as pb;
 use kartograf::proto::v1::workload_resolver_client::WorkloadResolverClient;
 use kartograf::server::{self, Settings, Shared};
@@ -80,7 +80,10 @@ async fn start() -> (
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster");
     let index = Arc::new(Index::new(Catalog::embedded().expect("catalog"), &[]));
     let (docs, _) = kartograf::source::manifests::read_once(&dir);
-    index.reset_converted("bench", docs.into_iter().map(Ok).collect());
+    index.batch().write(Write::Reset {
+        source: "bench".into(),
+        items: docs.into_iter().map(Ok).collect(),
+    });
     let (tx, rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -302,7 +305,12 @@ async fn watch_fanout(index: &Index, addr: std::net::SocketAddr, o: &Options, su
     for change in 0..o.changes {
         deployment["spec"]["replicas"] = serde_json::json!(10 + change + subscribers);
         let t0 = Instant::now();
-        index.apply(&deployment, "bench").expect("apply");
+        assert!(
+            index
+                .batch()
+                .write(Write::apply("bench", deployment.clone()))
+                .is_empty()
+        );
         let mut got = 0;
         let mut last = Duration::ZERO;
         while got < subscribers {
@@ -348,7 +356,7 @@ async fn event_burst(index: Arc<Index>, addr: std::net::SocketAddr, o: &Options)
     for j in 0..JOBS {
         docs.extend(job_with_pods("burst", &format!("job-{j}"), PODS, true));
     }
-    index.reset("burst", &docs);
+    index.batch().write(Write::reset("burst", &docs));
     let ch = channel(addr).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, String, u64)>();
     let mut ready = Vec::new();
@@ -393,7 +401,7 @@ async fn event_burst(index: Arc<Index>, addr: std::net::SocketAddr, o: &Options)
                 let uid = format!("burst-{job}-uid");
                 // Every update flips the pod's readiness, so every one changes the graph.
                 let doc = pod("burst", &job, &uid, p, (n / (JOBS * PODS)) % 2 == 1);
-                index.apply(&doc, "burst").expect("apply");
+                assert!(index.batch().write(Write::apply("burst", doc)).is_empty());
             }
             t0.elapsed()
         })
@@ -401,12 +409,14 @@ async fn event_burst(index: Arc<Index>, addr: std::net::SocketAddr, o: &Options)
     let ingest_time = ingest.await.expect("ingest");
     let finals: std::collections::HashMap<String, u64> = (0..JOBS)
         .filter_map(|j| {
-            let w = index.workload(&pb::ObjectRef {
-                kind: "Job".into(),
-                namespace: "burst".into(),
-                name: format!("job-{j}"),
-                ..Default::default()
-            })?;
+            let w = index
+                .published(&pb::ObjectRef {
+                    kind: "Job".into(),
+                    namespace: "burst".into(),
+                    name: format!("job-{j}"),
+                    ..Default::default()
+                })
+                .map(|p| p.graph())?;
             Some((format!("job-{j}"), w.revision))
         })
         .collect();
@@ -455,7 +465,9 @@ async fn reload_under_load(index: Arc<Index>, addr: std::net::SocketAddr, o: &Op
             let mut slowest = Duration::ZERO;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let t = Instant::now();
-                index.set_catalog(Catalog::embedded().expect("catalog"));
+                index
+                    .batch()
+                    .set_catalog(Catalog::embedded().expect("catalog"));
                 slowest = slowest.max(t.elapsed());
                 reloads += 1;
                 std::thread::sleep(Duration::from_millis(100).saturating_sub(t.elapsed()));
@@ -518,7 +530,10 @@ fn main() {
         .expect("runtime");
     rt.block_on(async {
         let (index, addr, _shutdown) = start().await;
-        index.reset("big", &job_with_pods("big", "big", o.big_pods, true));
+        index.batch().write(Write::reset(
+            "big",
+            &job_with_pods("big", "big", o.big_pods, true),
+        ));
         rpc_throughput(addr, &o).await;
         for &n in &o.subscribers {
             watch_fanout(&index, addr, &o, n).await;

@@ -10,18 +10,20 @@
 //! - `/ui/…`: the web view ([`crate::ui`]); with `ui_tokens`, its data needs a read token.
 //! - anything else: 404.
 //!
-//! At most [`MAX_CONNECTIONS`] connections are open at once (more are closed at once); a
-//! request's head must arrive within the header read timeout (`--handshake-timeout`, also
-//! between requests on a kept-alive connection), and a connection on which no byte moved for
-//! `--idle-timeout` is closed.
+//! The port is served by the one HTTP/1 listener ([`crate::server::http`]): at most
+//! [`MAX_CONNECTIONS`] connections and `--max-connections-per-peer` from one address, where
+//! at either cap a new connection evicts the one that has waited longest for a request
+//! head (so probes get in while slow clients hold the port); a request's head must arrive
+//! within the header read timeout (`--handshake-timeout`, also between requests on a
+//! kept-alive connection), and a connection on which no byte moved for `--idle-timeout` is
+//! closed. `serve --probe-listen` adds a listener with `/livez` and `/readyz` alone
+//! ([`serve_probes`]).
 
 use crate::metrics::CONTENT_TYPE;
-use crate::server::{Shared, Tokens, conn};
+use crate::server::{Shared, Tokens, http};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,7 +103,8 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     response
 }
 
-/// Connections the admin port keeps open at once; more are accepted and closed at once.
+/// Connections the admin port keeps open at once; at the cap a new one evicts the one that
+/// has waited longest for a request head (see [`crate::server::http`]).
 pub const MAX_CONNECTIONS: usize = 256;
 
 // The web view's live feeds leave half the connections to probes and scrapes.
@@ -115,6 +118,8 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// A connection on which no byte moved for this long is closed.
     pub idle_timeout: Duration,
+    /// Connections open at once from one IP address (`--max-connections-per-peer`).
+    pub max_per_peer: usize,
 }
 
 impl Default for Limits {
@@ -122,6 +127,20 @@ impl Default for Limits {
         Limits {
             header_read_timeout: crate::server::DEFAULT_HANDSHAKE_TIMEOUT,
             idle_timeout: crate::server::DEFAULT_IDLE_TIMEOUT,
+            max_per_peer: http::DEFAULT_MAX_PER_PEER,
+        }
+    }
+}
+
+impl Limits {
+    /// The listener's bounds (no route reads a body: no body budget to speak of).
+    fn listener(self) -> http::Limits {
+        http::Limits {
+            max_connections: MAX_CONNECTIONS,
+            max_per_peer: self.max_per_peer,
+            head_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
+            body_budget: 64 * 1024,
         }
     }
 }
@@ -160,79 +179,75 @@ pub async fn serve_with_ui(
     ui_tokens: Option<Arc<Tokens>>,
     limits: Limits,
 ) {
-    let gate = conn::Gate::admin(conn::Limits {
-        max_connections: MAX_CONNECTIONS,
-        handshake: limits.header_read_timeout,
-        idle: limits.idle_timeout,
-        watch_stall: limits.idle_timeout,
-    });
-    let incoming = conn::incoming(listener, gate, "admin");
-    let mut incoming = std::pin::pin!(incoming);
-    while let Some(accepted) = futures::StreamExt::next(&mut incoming).await {
-        let Ok(stream) = accepted else { continue };
+    let handler = move |request: Request<hyper::body::Incoming>, _bodies: http::Bodies| {
         let shared = shared.clone();
         let tokens = metrics_tokens.clone();
         let ui_tokens = ui_tokens.clone();
-        tokio::spawn(async move {
-            let service =
-                hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-                    let shared = shared.clone();
-                    let tokens = tokens.clone();
-                    let ui_tokens = ui_tokens.clone();
-                    let path = request.uri().path().to_owned();
-                    if crate::ui::serves(&path) {
-                        return futures::future::Either::Left(async move {
-                            let header =
-                                |name: &str| request.headers().get(name).map(|v| v.as_bytes());
-                            let asked = crate::ui::Asked {
-                                method: request.method(),
-                                path: &path,
-                                query: request.uri().query(),
-                                authorization: header("authorization"),
-                                last_event_id: header("last-event-id"),
-                            };
-                            Ok::<_, Infallible>(
-                                crate::ui::answer(&shared, ui_tokens.as_ref(), asked).await,
-                            )
-                        });
-                    }
-                    // Checked before anything is rendered: a refused scrape costs nothing.
-                    let refusal = tokens
-                        .as_deref()
-                        .filter(|_| path == "/metrics")
-                        .and_then(|t| {
-                            let authorization = request
-                                .headers()
-                                .get(hyper::header::AUTHORIZATION)
-                                .map(|v| v.as_bytes());
-                            t.authorize_metrics(authorization).err()
-                        });
-                    let answer = async move {
-                        // A scrape renders every workload's and pod's series: on a blocking
-                        // thread, so /livez and /readyz never wait behind it.
-                        let response = if let Some(denied) = refusal {
-                            refused(&denied)
-                        } else if path == "/metrics" {
-                            tokio::task::spawn_blocking(move || route(&shared, &path))
-                                .await
-                                .unwrap_or_else(|_| {
-                                    text(
-                                        StatusCode::INTERNAL_SERVER_ERROR,
-                                        "metrics failed\n".to_owned(),
-                                    )
-                                })
-                        } else {
-                            route(&shared, &path)
-                        };
-                        Ok::<_, Infallible>(response.map(http_body_util::BodyExt::boxed))
-                    };
-                    futures::future::Either::Right(answer)
-                });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
+        answer(request, shared, tokens, ui_tokens)
+    };
+    http::serve(listener, "admin", limits.listener(), None, None, handler).await
+}
+
+/// Serves `/livez` and `/readyz` alone (`serve --probe-listen`: a listener for the
+/// kubelet's probes that scrapes and the web view never share); anything else is 404.
+pub async fn serve_probes(listener: tokio::net::TcpListener, shared: Shared, limits: Limits) {
+    let handler = move |request: Request<hyper::body::Incoming>, _bodies: http::Bodies| {
+        let path = request.uri().path();
+        let response = match path {
+            "/livez" | "/readyz" => route(&shared, path),
+            _ => text(StatusCode::NOT_FOUND, "not found\n".to_owned()),
+        };
+        std::future::ready(response.map(http_body_util::BodyExt::boxed))
+    };
+    http::serve(listener, "probes", limits.listener(), None, None, handler).await
+}
+
+/// The answer to one request on the admin port.
+async fn answer(
+    request: Request<hyper::body::Incoming>,
+    shared: Shared,
+    tokens: Option<Arc<Tokens>>,
+    ui_tokens: Option<Arc<Tokens>>,
+) -> Response<http::Body> {
+    let path = request.uri().path().to_owned();
+    if crate::ui::serves(&path) {
+        let header = |name: &str| request.headers().get(name).map(|v| v.as_bytes());
+        let asked = crate::ui::Asked {
+            method: request.method(),
+            path: &path,
+            query: request.uri().query(),
+            authorization: header("authorization"),
+            last_event_id: header("last-event-id"),
+            host: header("host"),
+        };
+        return crate::ui::answer(&shared, ui_tokens.as_ref(), asked).await;
     }
+    // Checked before anything is rendered: a refused scrape costs nothing.
+    let refusal = tokens
+        .as_deref()
+        .filter(|_| path == "/metrics")
+        .and_then(|t| {
+            let authorization = request
+                .headers()
+                .get(hyper::header::AUTHORIZATION)
+                .map(|v| v.as_bytes());
+            t.authorize_metrics(authorization).err()
+        });
+    // A scrape renders every workload's and pod's series: on a blocking thread, so /livez
+    // and /readyz never wait behind it.
+    let response = if let Some(denied) = refusal {
+        refused(&denied)
+    } else if path == "/metrics" {
+        tokio::task::spawn_blocking(move || route(&shared, &path))
+            .await
+            .unwrap_or_else(|_| {
+                text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "metrics failed\n".to_owned(),
+                )
+            })
+    } else {
+        route(&shared, &path)
+    };
+    response.map(http_body_util::BodyExt::boxed)
 }

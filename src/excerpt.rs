@@ -61,6 +61,58 @@ pub fn duplicate_key<E: serde::de::Error>(key: &str) -> E {
     E::custom(format!("duplicate key `{}`", printable(key, ECHO_BYTES)))
 }
 
+/// A parser's message about a file, with no value of the file in it: `invalid type: string
+/// "…", expected struct Karta` becomes `invalid type: string, expected struct Karta`, an
+/// unknown variant loses its name, and any other double-quoted text becomes `"…"`. Field and
+/// key names (in backticks) stay; the result is one printable line of at most
+/// [`PARSE_ERROR_BYTES`]. (A file may be a link to secrets: its values never reach a log, a
+/// status or an answer.)
+pub fn value_free(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(PARSE_ERROR_BYTES));
+    let mut rest = message;
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(tail) = rest.strip_prefix(prefix)
+            && let Some(at) = tail.rfind(", expected ")
+        {
+            let what = &tail[..at];
+            let kind = what
+                .find(['"', '`', '\''])
+                .map_or(what, |q| &what[..q])
+                .trim_end();
+            out.push_str(prefix);
+            out.push_str(kind);
+            rest = &tail[at..];
+            break;
+        }
+    }
+    if let Some(tail) = rest.strip_prefix("unknown variant `")
+        && let Some(end) = tail.find("`, expected ")
+    {
+        out.push_str("unknown variant");
+        rest = &tail[end + 1..];
+    }
+    // Any other double-quoted text may be a value.
+    let mut quoted = false;
+    for c in rest.chars() {
+        match (c, quoted) {
+            ('"', false) => {
+                out.push_str("\"…");
+                quoted = true;
+            }
+            ('"', true) => {
+                out.push('"');
+                quoted = false;
+            }
+            (_, true) => {}
+            (c, false) => out.push(c),
+        }
+    }
+    if quoted {
+        out.push('"');
+    }
+    printable(&out, PARSE_ERROR_BYTES)
+}
+
 /// Cuts `text` in place to [`excerpt`]`(text, max)`.
 pub fn bound(text: &mut String, max: usize) {
     if text.len() > max {
@@ -71,6 +123,41 @@ pub fn bound(text: &mut String, max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parser_messages_lose_the_values_of_the_file() {
+        let secret = "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI";
+        for (message, want) in [
+            (
+                format!("invalid type: string \"{secret}\", expected struct Karta"),
+                "invalid type: string, expected struct Karta".to_owned(),
+            ),
+            (
+                format!("invalid value: string \"{secret}, expected x\", expected a quantity"),
+                "invalid value: string, expected a quantity".to_owned(),
+            ),
+            (
+                "invalid type: integer `5`, expected a string".to_owned(),
+                "invalid type: integer, expected a string".to_owned(),
+            ),
+            (
+                format!("unknown variant `{secret}`, expected one of `a`, `b`"),
+                "unknown variant, expected one of `a`, `b`".to_owned(),
+            ),
+            (
+                format!("bad thing \"{secret}\" here"),
+                "bad thing \"…\" here".to_owned(),
+            ),
+            (
+                "missing field `spec`".to_owned(),
+                "missing field `spec`".to_owned(),
+            ),
+        ] {
+            let got = value_free(&message);
+            assert_eq!(got, want, "{message}");
+            assert!(!got.contains("wJalr"), "{got}");
+        }
+    }
 
     #[test]
     fn short_values_pass_unchanged() {

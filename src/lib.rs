@@ -56,6 +56,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod model;
 pub mod parallel;
+pub mod patch;
 pub mod proto;
 pub mod random;
 pub mod resolve;

@@ -76,6 +76,108 @@ impl<'de> Visitor<'de> for StrictVisitor {
     }
 }
 
+/// A value the reader does not keep, skipped with the one rule every document is read with:
+/// a duplicate key in any of its objects fails the parse (naming the key), as it does in
+/// the values kept — so a file is accepted or refused for the same reasons whatever its form
+/// (a `---` stream, a lone document, a `List`, an array, YAML).
+pub struct Unkept;
+
+impl<'de> Deserialize<'de> for Unkept {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Unkept, D::Error> {
+        d.deserialize_any(UnkeptVisitor)
+    }
+}
+
+/// Maps with at most this many keys are checked for duplicates by a scan (no hashing).
+const SCANNED_KEYS: usize = 16;
+
+/// The visitor of [`Unkept`], for a caller that already holds the map or sequence to skip.
+pub struct UnkeptVisitor;
+
+impl<'de> Visitor<'de> for UnkeptVisitor {
+    type Value = Unkept;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Unkept, E> {
+        Ok(Unkept)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Unkept, E> {
+        Ok(Unkept)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Unkept, E> {
+        Ok(Unkept)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Unkept, E> {
+        Ok(Unkept)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Unkept, E> {
+        Ok(Unkept)
+    }
+    fn visit_unit<E>(self) -> Result<Unkept, E> {
+        Ok(Unkept)
+    }
+    fn visit_none<E>(self) -> Result<Unkept, E> {
+        Ok(Unkept)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Unkept, D::Error> {
+        Unkept::deserialize(d)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Unkept, A::Error> {
+        while seq.next_element::<Unkept>()?.is_some() {}
+        Ok(Unkept)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unkept, A::Error> {
+        let mut scanned: Vec<Key<'de>> = Vec::new();
+        let mut hashed: std::collections::HashSet<Key<'de>> = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            let seen = if hashed.is_empty() {
+                scanned.contains(&key)
+            } else {
+                hashed.contains(&key)
+            };
+            if seen {
+                return Err(duplicate_key(&key.0));
+            }
+            if hashed.is_empty() && scanned.len() < SCANNED_KEYS {
+                scanned.push(key);
+            } else {
+                hashed.extend(scanned.drain(..));
+                hashed.insert(key);
+            }
+            map.next_value::<Unkept>()?;
+        }
+        Ok(Unkept)
+    }
+}
+
+/// An object key, borrowed from the text when it has no escapes.
+#[derive(PartialEq, Eq, Hash)]
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key<'de>, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
 /// Text that is neither YAML nor JSON.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not valid YAML or JSON: {yaml}")]
@@ -94,6 +196,12 @@ pub fn parse_documents(text: &str) -> Result<Vec<Value>, ManifestError> {
         match from_json_strict(trimmed) {
             Ok(Value::Array(items)) => items,
             Ok(v) => vec![v],
+            // Valid JSON but for what it holds (a duplicate key): said as JSON says it.
+            Err(e) if e.is_data() => {
+                return Err(ManifestError {
+                    yaml: crate::excerpt::value_free(&e.to_string()),
+                });
+            }
             Err(_) => parse_yaml(text)?,
         }
     } else if let Some(docs) = parse_json_stream(text) {
@@ -152,8 +260,33 @@ fn parse_yaml(text: &str) -> Result<Vec<Value>, ManifestError> {
     // bounded, printable excerpt (the file may be a link to secrets).
     options.with_snippet = false;
     serde_saphyr::from_multiple_with_options::<Value>(text, options).map_err(|e| ManifestError {
-        yaml: crate::excerpt::printable(&e.to_string(), crate::excerpt::PARSE_ERROR_BYTES),
+        yaml: yaml_message(&e),
     })
+}
+
+/// The YAML parser's error in our words: a duplicate key as every reader reports it (the
+/// parser's own message suggests one of its options), anything else without a value of the
+/// file ([`crate::excerpt::value_free`]).
+fn yaml_message(e: &serde_saphyr::Error) -> String {
+    match e.without_snippet() {
+        serde_saphyr::Error::DuplicateMappingKey { key, location } => {
+            let key = key
+                .as_deref()
+                .map(|k| {
+                    format!(
+                        " `{}`",
+                        crate::excerpt::printable(k, crate::excerpt::ECHO_BYTES)
+                    )
+                })
+                .unwrap_or_default();
+            format!(
+                "duplicate key{key} at line {} column {}",
+                location.line(),
+                location.column()
+            )
+        }
+        _ => crate::excerpt::value_free(&e.to_string()),
+    }
 }
 
 /// When `doc` is one JSON object of a `…List` kind with one `items` array: hands its items
@@ -193,7 +326,7 @@ impl<'de> serde::de::Visitor<'de> for ListVisitor<'_> {
                 "kind" if kind.is_some() => return Err(duplicate_key("kind")),
                 "kind" => kind = Some(map.next_value()?),
                 _ => {
-                    map.next_value::<serde::de::IgnoredAny>()?;
+                    map.next_value::<Unkept>()?;
                 }
             }
         }
@@ -309,6 +442,15 @@ mod tests {
         ] {
             let e = parse_documents(text).expect_err(text).to_string();
             assert!(e.to_lowercase().contains("duplicate"), "{text}: {e}");
+        }
+        // YAML too, in the same words (no parser option named).
+        for text in [
+            "a: 1\nb: {c: 1, c: 2}\n",
+            "{\"a\": 1}\n---\n# note\nx: 1\nx: 2\n",
+        ] {
+            let e = parse_documents(text).expect_err(text).to_string();
+            assert!(e.contains("duplicate key `"), "{text}: {e}");
+            assert!(!e.contains("Options"), "{text}: {e}");
         }
         let e = from_json_strict(r#"{"a": {"k\u0000\n": 1, "k\u0000\n": 2}}"#).unwrap_err();
         assert!(

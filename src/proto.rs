@@ -10,3 +10,42 @@ pub mod v1 {
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         tonic::include_file_descriptor_set!("kartograf_descriptor");
 }
+
+/// A phase's short name (`Running`, `Suspending`; `Unspecified` for 0 and for a number no
+/// phase has): what the CLI prints, the metrics label and the web view shows.
+pub fn phase_name(phase: i32) -> &'static str {
+    use v1::Phase;
+    match Phase::try_from(phase).unwrap_or(Phase::Unspecified) {
+        Phase::Unspecified => "Unspecified",
+        Phase::Undefined => "Undefined",
+        Phase::Initializing => "Initializing",
+        Phase::Running => "Running",
+        Phase::Degraded => "Degraded",
+        Phase::Completed => "Completed",
+        Phase::Failed => "Failed",
+        Phase::Suspended => "Suspended",
+        Phase::Suspending => "Suspending",
+        Phase::Resuming => "Resuming",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{phase_name, v1::Phase};
+
+    #[test]
+    fn phase_names_are_the_enum_names_in_title_case() {
+        for n in 0..=9 {
+            let phase = Phase::try_from(n).expect("a phase");
+            let word = phase.as_str_name().trim_start_matches("PHASE_");
+            let title: String = word
+                .chars()
+                .enumerate()
+                .map(|(i, c)| if i == 0 { c } else { c.to_ascii_lowercase() })
+                .collect();
+            assert_eq!(phase_name(n), title);
+        }
+        assert_eq!(phase_name(999), "Unspecified");
+        assert_eq!(phase_name(-1), "Unspecified");
+    }
+}

@@ -94,7 +94,7 @@ fn definitions(paths: &[PathBuf]) -> (Vec<Arc<Definition>>, Vec<DefinitionError>
             parsed.extend(p);
             errors.extend(e);
         }
-        let (d, e) = catalog::compile_all(parsed, "check");
+        let (d, e) = catalog::compile_all(parsed, "check", Default::default());
         defs.extend(d);
         errors.extend(e);
     }

@@ -497,7 +497,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
                                 r.kind,
                                 r.namespace,
                                 r.name,
-                                tree::phase_name(w.status.map_or(0, |s| s.phase)),
+                                crate::proto::phase_name(w.status.map_or(0, |s| s.phase)),
                                 pods.ready,
                                 pods.desired,
                                 tree::gpus(t.current.unwrap_or_default().gpus),
@@ -578,18 +578,23 @@ pub fn totals(args: TotalsArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `gangs` from a server: the `Gangs` RPC, the workload found as `describe` finds it.
-pub fn gangs(args: &super::gangs::Args) -> anyhow::Result<ExitCode> {
+/// `gangs` from a server: the `Gangs` RPC, the workload (`KIND/NAME`) found as `describe`
+/// finds it. Returns the gang objects, or the exit code when the workload has no gang or its
+/// gangs cannot be expressed in `format` (the server's message printed).
+pub fn gangs(
+    server: &ServerArgs,
+    target: Option<&str>,
+    format: crate::gangs::Format,
+) -> anyhow::Result<Result<crate::gangs::Rendered, ExitCode>> {
     runtime()?.block_on(async {
-        let mut client = connect(&args.server).await?;
-        let what = args.target.clone().unwrap_or_default();
-        let (kind, name) = split_kind_name(&what);
+        let mut client = connect(server).await?;
+        let (kind, name) = split_kind_name(target.unwrap_or_default());
         let Some(name) = name else {
             anyhow::bail!("gangs takes KIND/NAME (or -f FILE… for a snapshot)")
         };
         let req = pb::GangsRequest {
-            workload: Some(full_request(&mut client, &args.server, &kind, name).await),
-            format: args.output.to_proto() as i32,
+            workload: Some(full_request(&mut client, server, &kind, name).await),
+            format: format.to_proto() as i32,
         };
         match client.gangs(req).await {
             Ok(r) => {
@@ -599,14 +604,11 @@ pub fn gangs(args: &super::gangs::Args) -> anyhow::Result<ExitCode> {
                     objects
                         .push(serde_json::from_str(text).context("a gang object from the server")?);
                 }
-                super::gangs::print(
-                    args,
-                    &crate::gangs::Rendered {
-                        objects,
-                        notes: r.notes,
-                        paths: Vec::new(),
-                    },
-                )
+                Ok(Ok(crate::gangs::Rendered {
+                    objects,
+                    notes: r.notes,
+                    paths: Vec::new(),
+                }))
             }
             Err(e)
                 if e.code() == tonic::Code::FailedPrecondition
@@ -614,7 +616,57 @@ pub fn gangs(args: &super::gangs::Args) -> anyhow::Result<ExitCode> {
                         || e.message().contains("has no gang")) =>
             {
                 eprintln!("error: {}", e.message());
-                Ok(ExitCode::from(super::EXIT_GANGS))
+                Ok(Err(ExitCode::from(super::EXIT_GANGS)))
+            }
+            Err(e) => failed(e).map(Err),
+        }
+    })
+}
+
+/// `patch` from a server: the `Patch` RPC, the workload found as `describe` finds it.
+pub fn patch(args: &super::patch::Args, intents: pb::PatchIntents) -> anyhow::Result<ExitCode> {
+    use super::patch::Output;
+    runtime()?.block_on(async {
+        let mut client = connect(&args.server).await?;
+        let what = args.target.clone().unwrap_or_default();
+        let (kind, name) = split_kind_name(&what);
+        let Some(name) = name else {
+            anyhow::bail!("patch takes KIND/NAME (or -f FILE… for a snapshot)")
+        };
+        let resolve = full_request(&mut client, &args.server, &kind, name).await;
+        let Some(pb::resolve_request::Target::Workload(workload)) = resolve.target else {
+            anyhow::bail!("patch takes KIND/NAME");
+        };
+        let req = pb::PatchRequest {
+            target: Some(pb::patch_request::Target::Workload(workload)),
+            intents: Some(intents),
+            output: match args.output {
+                Output::JsonPatch => pb::PatchOutput::JsonPatch,
+                Output::MergePatch => pb::PatchOutput::MergePatch,
+                Output::Yaml => pb::PatchOutput::Object,
+            } as i32,
+            dry_run: false,
+            cluster: resolve.cluster,
+        };
+        match client.patch(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                let text = if args.output == Output::Yaml {
+                    let v: serde_json::Value =
+                        serde_json::from_str(&r.patch_json).context("the server's object")?;
+                    serde_saphyr::to_string(&v).context("encoding YAML")?
+                } else {
+                    r.patch_json
+                };
+                super::print_out(text.trim_end());
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e)
+                if e.code() == tonic::Code::FailedPrecondition
+                    && e.message().starts_with("definition `") =>
+            {
+                eprintln!("error: {}", e.message());
+                Ok(ExitCode::from(super::patch::EXIT_REFUSED))
             }
             Err(e) => failed(e),
         }

@@ -46,7 +46,10 @@ pub struct Args {
 /// Runs `gangs`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.files.is_empty() {
-        return super::client::gangs(&args);
+        return match super::client::gangs(&args.server, args.target.as_deref(), args.output)? {
+            Ok(rendered) => print(&args, &rendered),
+            Err(code) => Ok(code),
+        };
     }
     let catalog = super::load_catalog(&args.definitions)?;
     let snapshot = Snapshot::load(&args.files, Limits::default()).map_err(anyhow::Error::msg)?;
@@ -110,11 +113,10 @@ fn verify_snapshot(
     for cached in snapshot.objects() {
         match cached {
             Cached::Object(o) => {
-                if !crate::gangs::live::is_gang_object(&o.meta.api_version, &o.meta.kind) {
+                if crate::gangs::verify::Family::of(&o.meta.api_version, &o.meta.kind).is_none() {
                     continue;
                 }
-                let json = crate::expr::value::to_json(&o.value());
-                if let Some(g) = GangObject::from_json(&json)
+                if let Some(g) = GangObject::of_object(o)
                     && matches_format(g.family, args.output)
                 {
                     objects.push(g);

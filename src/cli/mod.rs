@@ -6,6 +6,7 @@ mod definitions;
 mod gangs;
 pub mod karta_status;
 mod output;
+pub mod patch;
 mod resolve;
 mod serve;
 pub mod tree;
@@ -82,6 +83,11 @@ pub enum Command {
     /// Workload/PodGroup, coscheduling PodGroup), offline (-f) or from a server; with
     /// --verify, the gang objects in the files checked against the workload.
     Gangs(Box<gangs::Args>),
+    /// Compute (or with --apply, send) the patch that writes a scheduler name, pod labels
+    /// and annotations, priority class, node selector, tolerations, suspend/resume or
+    /// replicas into a workload through its definition (docs/patch.md); offline (-f), from
+    /// a server, or against the kubeconfig's cluster (--apply).
+    Patch(Box<patch::Args>),
     /// Validate definition files or folders (the embedded catalog when none are given).
     Check(check::Args),
     /// List the definitions in effect (embedded catalog, plus --definitions).
@@ -128,15 +134,21 @@ pub struct DefinitionArgs {
 #[derive(Debug, clap::Args)]
 pub struct FileArgs {
     /// Largest manifest or definition file read (e.g. `64Mi`); a larger file is reported
-    /// and skipped. Parsing a file holds a few times its size in memory.
+    /// and skipped. Parsing a JSON file holds about twice its size, a YAML file a few times.
     #[arg(long, env = "KARTOGRAF_MAX_FILE_SIZE", default_value = "256Mi", value_parser = parse_bytes)]
     pub max_file_size: u64,
+    /// Bytes of manifest files read and parsed at once (e.g. `512Mi`): a reload or load of
+    /// more reads them in turn, so memory does not grow with the number of large files or of
+    /// cores. Parsing a file holds about twice its size.
+    #[arg(long, env = "KARTOGRAF_MAX_RELOAD_BYTES", default_value = "512Mi", value_parser = parse_bytes)]
+    pub max_reload_bytes: u64,
 }
 
 impl FileArgs {
-    /// Makes this the cap of every file read in this process.
+    /// Makes these the caps of every file read in this process.
     pub fn apply(&self) {
         crate::folder::set_max_file_bytes(self.max_file_size);
+        crate::folder::set_max_batch_bytes(self.max_reload_bytes);
     }
 }
 
@@ -229,6 +241,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Totals(args) => client::totals(args),
         Command::Resolve(args) => resolve::run(args),
         Command::Gangs(args) => gangs::run(*args),
+        Command::Patch(args) => patch::run(*args),
         Command::Check(args) => check::run(args),
         Command::Definitions(args) => definitions::run(args),
         Command::KarmadaConfig(args) => load_catalog(&args.definitions).map(|catalog| {
@@ -249,23 +262,25 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 impl DefinitionArgs {
-    /// Makes `--phase-precedence` the precedence of every unannotated, non-embedded
-    /// definition this process compiles from now on (call it before loading definitions).
-    pub fn apply(&self) {
-        // The value parser admits only the two known values.
-        let precedence = crate::definition::plan::PhasePrecedence::parse(&self.phase_precedence)
-            .unwrap_or_default();
-        crate::definition::plan::set_unannotated_phase_precedence(precedence);
+    /// The options definitions are loaded with (`--phase-precedence`).
+    pub fn options(&self) -> crate::definition::LoadOptions {
+        crate::definition::LoadOptions {
+            // The value parser admits only the two known values.
+            phase_precedence: crate::definition::plan::PhasePrecedence::parse(
+                &self.phase_precedence,
+            )
+            .unwrap_or_default(),
+        }
     }
 }
 
 /// The embedded catalog plus `--definitions`, layered as `serve` layers them; invalid
 /// definitions are a listed error.
 fn load_catalog(args: &DefinitionArgs) -> anyhow::Result<crate::definition::Catalog> {
-    args.apply();
-    let mut layers = crate::definition::layers::Layers::new();
+    let options = args.options();
+    let mut layers = crate::definition::layers::Layers::new(options);
     if let Some(dir) = args.definitions.as_deref() {
-        let (defs, errors) = crate::definition::catalog::load_path(dir);
+        let (defs, errors) = crate::definition::catalog::load_path(dir, options);
         layers.set_directory(defs, errors);
     }
     let (catalog, errors) = layers.build();

@@ -188,11 +188,42 @@ pub struct Args {
     /// `metrics` scope (or `*`); /livez and /readyz stay open.
     #[arg(long, env = "KARTOGRAF_METRICS_AUTH", requires = "auth_tokens")]
     pub metrics_auth: bool,
-    /// Threads that evaluate callers' data (inline Resolve, ValidateDefinition previews);
-    /// 0: one per core. Requests beyond these and a queue of four per thread are shed with
+    /// Without --auth-tokens, the web view (`/ui/`) answers only requests whose `Host` is an
+    /// IP address, `localhost`, or one of these names (comma-separated; any port). Others get
+    /// 403, so a page of another site cannot read it through DNS rebinding.
+    #[arg(
+        long,
+        env = "KARTOGRAF_UI_ALLOWED_HOSTS",
+        value_name = "HOSTS",
+        value_delimiter = ','
+    )]
+    pub ui_allowed_hosts: Vec<String>,
+    /// `Watch` streams open at once across all connections; one more is refused with
     /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "KARTOGRAF_MAX_WATCH_STREAMS", default_value_t = server::DEFAULT_MAX_WATCH_STREAMS)]
+    pub max_watch_streams: usize,
+    /// Threads that evaluate callers' data (inline Resolve, ValidateDefinition previews, the
+    /// webhooks); 0: one per core. A request waits in a queue of four per thread for at most
+    /// --eval-queue-wait, then is refused (RESOURCE_EXHAUSTED; HTTP 429 on the webhooks).
     #[arg(long, env = "KARTOGRAF_EVAL_THREADS", default_value_t = 0)]
     pub eval_threads: usize,
+    /// Longest wait of a request for an evaluation thread before it is refused with
+    /// RESOURCE_EXHAUSTED (gRPC) or HTTP 429 with Retry-After (webhooks).
+    #[arg(long, env = "KARTOGRAF_EVAL_QUEUE_WAIT", default_value = "250ms", value_parser = super::resolve::parse_duration)]
+    pub eval_queue_wait: Duration,
+    /// Connections one IP address may keep open on the admin, probe and webhook ports; at
+    /// this cap (or a port's total) a new connection evicts the one that has waited longest
+    /// for a request head.
+    #[arg(long, env = "KARTOGRAF_MAX_CONNECTIONS_PER_PEER", default_value_t = crate::server::http::DEFAULT_MAX_PER_PEER)]
+    pub max_connections_per_peer: usize,
+    /// Bytes of request bodies the webhook listener holds at once; a request whose body does
+    /// not fit is refused with HTTP 429 before it is read.
+    #[arg(long, env = "KARTOGRAF_MAX_BODY_BYTES_IN_FLIGHT", default_value_t = crate::server::http::DEFAULT_BODY_BUDGET)]
+    pub max_body_bytes_in_flight: usize,
+    /// Serve /livez and /readyz alone on this address too (for the kubelet's probes, as
+    /// controller-runtime's --health-probe-bind-address); the admin port keeps them.
+    #[arg(long, env = "KARTOGRAF_PROBE_LISTEN", value_name = "ADDR")]
+    pub probe_listen: Option<SocketAddr>,
     /// Serve the webhooks (Karmada's resource interpreter, `POST /karmada/interpret`; Karta
     /// admission, `POST /karta/validate` and `POST /karta/mutate`) on
     /// this address: HTTPS with --webhook-tls-cert/--webhook-tls-key, plain HTTP without.
@@ -267,7 +298,6 @@ fn cluster_name(args: &Args) -> anyhow::Result<(String, bool)> {
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     args.budget.apply();
-    args.definitions.apply();
     args.file_limits.apply();
     let report = Arc::new(LoadReport::default());
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -280,12 +310,15 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         serve_upstreams(&args, report, shutdown_rx, &mut tasks)?
     };
-    if args.eval_threads > 0 {
-        shared = shared.with_evaluations(server::evaluations::Evaluations::new(
-            args.eval_threads,
-            4 * args.eval_threads,
-        ));
-    }
+    let wait = positive(args.eval_queue_wait);
+    shared = shared.with_evaluations(if args.eval_threads > 0 {
+        server::evaluations::Evaluations::bounded(args.eval_threads, 4 * args.eval_threads, wait)
+    } else {
+        server::evaluations::Evaluations::for_machine_waiting(wait)
+    });
+    shared = shared
+        .with_ui_hosts(args.ui_allowed_hosts.clone())
+        .with_max_watch_streams(args.max_watch_streams);
     let tokens = match &args.auth_tokens {
         Some(path) => {
             let tokens = Arc::new(server::Tokens::load(path).map_err(anyhow::Error::msg)?);
@@ -310,17 +343,33 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    let admin_limits = crate::admin::Limits {
+        header_read_timeout: positive(args.handshake_timeout),
+        idle_timeout: positive(args.idle_timeout),
+        max_per_peer: args.max_connections_per_peer,
+    };
     let admin = tokio::spawn(crate::admin::serve_with_ui(
         admin_listener,
         shared.clone(),
         metrics_tokens,
         tokens.clone(),
-        crate::admin::Limits {
-            header_read_timeout: positive(args.handshake_timeout),
-            idle_timeout: positive(args.idle_timeout),
-        },
+        admin_limits,
     ));
     let admin_watch = admin.abort_handle();
+    if let Some(addr) = args.probe_listen {
+        let probe_listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding the probe port {addr}"))?;
+        tracing::info!(probes = %probe_listener.local_addr()?, "probe listener");
+        tasks.watch(
+            "probe port",
+            tokio::spawn(crate::admin::serve_probes(
+                probe_listener,
+                shared.clone(),
+                admin_limits,
+            )),
+        );
+    }
     let settings = Settings {
         listen: local,
         request_timeout: args.request_timeout,
@@ -361,6 +410,8 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
             eval_timeout: args.resolve_timeout,
             request_timeout: args.request_timeout,
             max_connections: args.concurrency_limit,
+            max_per_peer: args.max_connections_per_peer,
+            body_budget: args.max_body_bytes_in_flight,
         };
         tracing::info!(webhook = %webhook_listener.local_addr()?, tls = webhook.tls.is_some(), "webhook listening");
         let task = crate::webhook::serve(webhook_listener, shared.clone(), webhook);
@@ -438,12 +489,14 @@ async fn serve_cluster(
             .with_namespace(args.namespace.clone()),
     );
     // Embedded < --definitions DIR < cluster Karta objects, published by one owner.
-    let publisher = definitions::Publisher::new(Layers::new(), index.clone(), report.clone());
+    let options = args.definitions.options();
+    let publisher =
+        definitions::Publisher::new(Layers::new(options), index.clone(), report.clone());
     let mut reloader = args
         .definitions
         .definitions
         .as_deref()
-        .map(definitions::Reloader::new);
+        .map(|dir| definitions::Reloader::new(dir, options));
     match reloader.as_mut() {
         Some(r) => r.publish(&publisher),
         None => publisher.update(|_| {}),

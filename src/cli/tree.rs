@@ -13,19 +13,6 @@ pub fn gpus(x: f64) -> String {
     }
 }
 
-/// A phase's display name (`PHASE_RUNNING` -> `Running`).
-pub fn phase_name(phase: i32) -> String {
-    let name = pb::Phase::try_from(phase)
-        .unwrap_or(pb::Phase::Unspecified)
-        .as_str_name();
-    let word = name.trim_start_matches("PHASE_").to_ascii_lowercase();
-    let mut chars = word.chars();
-    chars
-        .next()
-        .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
-        .unwrap_or_default()
-}
-
 /// Formats a memory amount in binary units.
 pub fn memory(bytes: i64) -> String {
     for (suffix, shift) in crate::model::resources::BINARY_SUFFIXES.iter().rev() {
@@ -70,7 +57,7 @@ pub fn workload_row(w: &pb::Workload) -> Vec<String> {
         r.namespace,
         r.name,
         r.kind,
-        phase_name(w.status.as_ref().map_or(0, |s| s.phase)),
+        crate::proto::phase_name(w.status.as_ref().map_or(0, |s| s.phase)).to_owned(),
         format!("{}/{}", pods.ready, pods.desired),
         format!(
             "{}/{}",
@@ -295,8 +282,12 @@ pub fn render(w: &pb::Workload) -> String {
         r.kind, r.name, def.name, def.origin
     );
     let status = w.status.clone().unwrap_or_default();
-    let matched: Vec<String> = status.matched.iter().map(|p| phase_name(*p)).collect();
-    let _ = write!(out, "Status:    {}", phase_name(status.phase));
+    let matched: Vec<&str> = status
+        .matched
+        .iter()
+        .map(|p| crate::proto::phase_name(*p))
+        .collect();
+    let _ = write!(out, "Status:    {}", crate::proto::phase_name(status.phase));
     if matched.len() > 1 {
         let _ = write!(out, " (matched: {})", matched.join(", "));
     }

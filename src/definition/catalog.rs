@@ -5,7 +5,7 @@
 //! builds a new catalog and publishes it whole.
 
 use super::DefinitionError;
-use super::load::{self, Parsed};
+use super::load::{self, LoadOptions, Parsed};
 use super::model::GroupVersionKind;
 use super::plan::Definition;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -36,6 +36,9 @@ pub struct Catalog {
     by_gvk: BTreeMap<GroupVersionKind, Arc<Definition>>,
     by_group_kind: HashMap<(String, String), Vec<Arc<Definition>>>,
     child_kinds: HashSet<(String, String)>,
+    /// The options its non-embedded layers were compiled with (for definitions compiled
+    /// beside it, e.g. a candidate a client validates).
+    options: LoadOptions,
 }
 
 impl Catalog {
@@ -67,7 +70,20 @@ impl Catalog {
             by_gvk,
             by_group_kind,
             child_kinds,
+            options: LoadOptions::default(),
         }
+    }
+
+    /// This catalog, noting that its layers were compiled with `options`.
+    pub fn with_options(mut self, options: LoadOptions) -> Catalog {
+        self.options = options;
+        self
+    }
+
+    /// The options its layers were compiled with ([`Catalog::with_options`]; the default
+    /// otherwise).
+    pub fn options(&self) -> LoadOptions {
+        self.options
     }
 
     /// Whether `other` holds the very same definitions (shared, not merely equal).
@@ -178,15 +194,16 @@ impl Catalog {
     }
 }
 
-/// Compiles parsed documents with the given origin; duplicate root kinds within one batch
-/// are errors (the first wins).
+/// Compiles parsed documents with the given origin and loader's options; duplicate root
+/// kinds within one batch are errors (the first wins).
 pub fn compile_all(
     parsed: Vec<Parsed>,
     origin: &str,
+    options: LoadOptions,
 ) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
     let mut defs: Vec<Arc<Definition>> = Vec::new();
     let mut errors = Vec::new();
-    for (p, compiled) in compile_each(&parsed, origin) {
+    for (p, compiled) in compile_each(&parsed, origin, options) {
         match compiled {
             Ok(def) => {
                 if let Some(first) = defs.iter().find(|d| d.root_kind == def.root_kind) {
@@ -214,13 +231,14 @@ pub fn compile_all(
 fn compile_each<'p>(
     parsed: &'p [Parsed],
     origin: &str,
+    options: LoadOptions,
 ) -> Vec<(&'p Parsed, Result<Definition, Vec<DefinitionError>>)> {
     let compiled = crate::parallel::map_in_order(
         parsed,
         crate::parallel::cores(),
         "kartograf-compile",
         COMPILE_STACK,
-        |p| Definition::compile(p.karta.clone(), &p.source, origin),
+        |p| Definition::compile(p.karta.clone(), &p.source, origin, options),
     );
     parsed.iter().zip(compiled).collect()
 }
@@ -237,7 +255,7 @@ pub fn load_embedded() -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
         parsed.extend(p);
         errors.extend(e);
     }
-    let (defs, e) = compile_all(parsed, EMBEDDED);
+    let (defs, e) = compile_all(parsed, EMBEDDED, LoadOptions::default());
     errors.extend(e);
     (defs, errors)
 }
@@ -247,8 +265,11 @@ pub fn embedded_files() -> &'static [(&'static str, &'static str)] {
     embedded::FILES
 }
 
-/// Loads every definition file below `path`.
-pub fn load_path(path: &Path) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
+/// Loads every definition file below `path` with the loader's `options`.
+pub fn load_path(
+    path: &Path,
+    options: LoadOptions,
+) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
     let source = path.display().to_string();
     let (files, mut errors) = load::definition_files(path);
     let mut parsed = Vec::new();
@@ -257,7 +278,7 @@ pub fn load_path(path: &Path) -> (Vec<Arc<Definition>>, Vec<DefinitionError>) {
         parsed.extend(p);
         errors.extend(e);
     }
-    let (defs, e) = compile_all(parsed, &format!("directory:{source}"));
+    let (defs, e) = compile_all(parsed, &format!("directory:{source}"), options);
     errors.extend(e);
     (defs, errors)
 }

@@ -11,10 +11,10 @@
 //! have no pods, v2 subgroups naming no component, unnamed or duplicate pod groups, condition
 //! matchers without a type, suspend action values that are not JSON-encoded.
 
-use super::DefinitionError;
 use super::breaker::Breaker;
 use super::model::*;
 use super::plan::*;
+use super::{DefinitionError, LoadOptions};
 use crate::expr::{CompileError, Expr};
 use std::collections::HashMap;
 
@@ -107,7 +107,8 @@ pub fn slug(gvk: &GroupVersionKind) -> String {
 type Located<'k> = (&'k ComponentDefinition, String);
 
 impl Definition {
-    /// Validates and compiles `karta`, read from `source`, with the given origin label.
+    /// Validates and compiles `karta`, read from `source`, with the given origin label and
+    /// the loader's `options`.
     /// The phases: the document header; component names (unique, before anything else can
     /// be checked); the root's rules; owner references and cycles; each component's shape;
     /// then compilation of every component, parents first, and of the gang plan. Every
@@ -117,6 +118,7 @@ impl Definition {
         karta: Karta,
         source: &str,
         origin: &str,
+        options: LoadOptions,
     ) -> Result<Definition, Vec<DefinitionError>> {
         let mut cx = Ctx {
             source,
@@ -124,7 +126,7 @@ impl Definition {
             warnings: Vec::new(),
         };
         check_header(&mut cx, &karta);
-        let phase_precedence = phase_precedence(&mut cx, &karta, origin);
+        let phase_precedence = phase_precedence(&mut cx, &karta, origin, options);
         let structure = &karta.spec.structure_definition;
         let located = locate_components(structure);
         let Some(index) = unique_names(&mut cx, &located) else {
@@ -181,14 +183,19 @@ impl Definition {
 }
 
 /// The [`PHASE_PRECEDENCE`] annotation: absent is kartograf's precedence for the embedded
-/// catalog and the configured one (`--phase-precedence`) for any other origin; any other value
+/// catalog and the loader's (`--phase-precedence`, in `options`) for any other origin; any other value
 /// than the two known ones is an error.
-fn phase_precedence(cx: &mut Ctx<'_>, karta: &Karta, origin: &str) -> PhasePrecedence {
+fn phase_precedence(
+    cx: &mut Ctx<'_>,
+    karta: &Karta,
+    origin: &str,
+    options: LoadOptions,
+) -> PhasePrecedence {
     let Some(value) = karta.metadata.annotations.get(PHASE_PRECEDENCE) else {
         if origin == super::catalog::EMBEDDED {
             return PhasePrecedence::Kartograf;
         }
-        return super::plan::unannotated_phase_precedence();
+        return options.phase_precedence;
     };
     PhasePrecedence::parse(value).unwrap_or_else(|| {
         cx.error(
@@ -501,14 +508,17 @@ fn compile_component(
         .status_definition
         .as_ref()
         .map(|s| compile_status(cx, s, &format!("{path}.statusDefinition")));
-    // Extension: checked here, compiled where it is used (the Karmada webhook).
+    // The extension (Karmada's interpreter): compiled once, with the definition.
+    let mut interpreter = super::plan::Interpreter::default();
     if let Some(ext) = &c.interpreter_definition {
         let ip = format!("{path}.interpreterDefinition");
-        cx.expr(&format!("{ip}.componentNamePath"), &ext.component_name_path);
-        if let Some(source) = &ext.replicas_assign_path
-            && let Err(e) = super::assign::AssignPath::parse(source)
-        {
-            cx.error(&format!("{ip}.replicasAssignPath"), e.to_string());
+        interpreter.name_path =
+            cx.expr(&format!("{ip}.componentNamePath"), &ext.component_name_path);
+        if let Some(source) = &ext.replicas_assign_path {
+            match super::assign::AssignPath::parse(source) {
+                Ok(parsed) => interpreter.assign_path = Some(parsed),
+                Err(e) => cx.error(&format!("{ip}.replicasAssignPath"), e.to_string()),
+            }
         }
     }
     if let Some(suspend) = &c.suspend_definition {
@@ -568,6 +578,7 @@ fn compile_component(
         type_selector,
         instance_selector,
         replica_selector,
+        interpreter,
         path: path.to_owned(),
     })
 }

@@ -4,7 +4,7 @@
 //! `source::definitions::Publisher`, which owns the layers at run time) and by the CLI.
 
 use super::catalog::{self, Catalog, load_embedded};
-use super::{Definition, DefinitionError, GroupVersionKind, load};
+use super::{Definition, DefinitionError, GroupVersionKind, LoadOptions, load};
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -28,17 +28,20 @@ pub struct Layers {
     /// Karta objects by key (uid, else name).
     cluster: BTreeMap<String, ClusterKarta>,
     generation: u64,
+    /// How the directory and cluster layers compile.
+    options: LoadOptions,
 }
 
 impl Default for Layers {
     fn default() -> Self {
-        Layers::new()
+        Layers::new(LoadOptions::default())
     }
 }
 
 impl Layers {
-    /// The embedded catalog alone; generation 1 is the first [`Layers::build`].
-    pub fn new() -> Layers {
+    /// The embedded catalog alone; generation 1 is the first [`Layers::build`]. The directory
+    /// and cluster layers compile with `options`.
+    pub fn new(options: LoadOptions) -> Layers {
         let (embedded, embedded_errors) = load_embedded();
         Layers {
             embedded,
@@ -47,7 +50,13 @@ impl Layers {
             directory_errors: Vec::new(),
             cluster: BTreeMap::new(),
             generation: 0,
+            options,
         }
+    }
+
+    /// How the directory and cluster layers compile (for a caller that loads the directory).
+    pub fn options(&self) -> LoadOptions {
+        self.options
     }
 
     /// Replaces the directory layer (its last good definitions and current errors).
@@ -72,11 +81,13 @@ impl Layers {
             Ok(p) => (vec![p], Vec::new()),
             Err(e) => (Vec::new(), vec![e]),
         };
-        let (defs, compile_errors) = catalog::compile_all(parsed, origin);
+        let (defs, compile_errors) = catalog::compile_all(parsed, origin, self.options);
         errors.extend(compile_errors);
-        for e in &errors {
-            tracing::warn!(error = %e, "cluster definition rejected; the last good version stays active");
-        }
+        super::log_refused(
+            origin,
+            &errors,
+            "cluster definition rejected; the last good version stays active",
+        );
         let entry = self
             .cluster
             .entry(key.to_owned())
@@ -153,7 +164,8 @@ impl Layers {
         let catalog = Catalog::from_layers(
             self.generation,
             [self.embedded.clone(), self.directory.clone(), cluster],
-        );
+        )
+        .with_options(self.options);
         (catalog, errors)
     }
 }

@@ -6,6 +6,16 @@ use crate::folder;
 use crate::manifest;
 use std::path::{Path, PathBuf};
 
+/// The settings of one loader of definitions (a server, a command), applied to every
+/// definition compiled with them: two servers in one process may load differently.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The precedence of definitions that are not embedded and carry no
+    /// [`super::plan::PHASE_PRECEDENCE`] annotation (`--phase-precedence`); the embedded
+    /// catalog keeps kartograf's.
+    pub phase_precedence: super::plan::PhasePrecedence,
+}
+
 /// One definition document read from a source, not yet validated.
 #[derive(Debug, Clone)]
 pub struct Parsed {
@@ -15,32 +25,106 @@ pub struct Parsed {
     pub karta: Karta,
 }
 
+/// Errors kept per file (or text); beyond them one more error says how many were not
+/// listed, so that a file of a million bad documents costs no more than these.
+pub const MAX_FILE_ERRORS: usize = 100;
+
 /// Parses definition text (one or more documents). Every document that fails yields its
-/// own errors; good documents are still returned.
+/// own errors (the first [`MAX_FILE_ERRORS`], then a count); good documents are still
+/// returned. A stream of JSON documents is parsed one document at a time (no tree of the
+/// whole text is built).
 pub fn parse_text(text: &str, source: &str) -> (Vec<Parsed>, Vec<DefinitionError>) {
-    let documents = match manifest::parse_documents(text) {
-        Ok(docs) => docs,
-        Err(e) => {
-            return (
-                Vec::new(),
-                vec![DefinitionError::new(source, "", None, e.to_string())],
-            );
+    let mut out = Collected::new(source);
+    if let Some(docs) = manifest::json_stream(text) {
+        let mut flat = Vec::new();
+        let mut all_json = true;
+        for doc in docs {
+            match manifest::from_json_strict(doc) {
+                Ok(value) => {
+                    manifest::flatten(value, &mut flat);
+                    for value in flat.drain(..) {
+                        out.document(&value);
+                    }
+                }
+                Err(_) => {
+                    all_json = false;
+                    break;
+                }
+            }
         }
-    };
-    let mut parsed = Vec::new();
-    let mut errors = Vec::new();
-    for (index, doc) in documents.into_iter().enumerate() {
-        let label = if index == 0 {
-            String::new()
-        } else {
-            format!("(document {})", index + 1)
-        };
-        match parse_document(&doc, source, &label) {
-            Ok(p) => parsed.push(p),
-            Err(e) => errors.push(e),
+        if all_json {
+            return out.finish();
+        }
+        // Not JSON after all: the whole text is read as YAML, as it always was.
+        out = Collected::new(source);
+    }
+    match manifest::parse_documents(text) {
+        Ok(docs) => {
+            for doc in &docs {
+                out.document(doc);
+            }
+        }
+        Err(e) => out.error(DefinitionError::new(source, "", None, e.to_string())),
+    }
+    out.finish()
+}
+
+/// The documents of one text, as they are parsed.
+struct Collected<'s> {
+    source: &'s str,
+    documents: usize,
+    parsed: Vec<Parsed>,
+    errors: Vec<DefinitionError>,
+    unlisted: usize,
+}
+
+impl<'s> Collected<'s> {
+    fn new(source: &'s str) -> Self {
+        Collected {
+            source,
+            documents: 0,
+            parsed: Vec::new(),
+            errors: Vec::new(),
+            unlisted: 0,
         }
     }
-    (parsed, errors)
+
+    /// The next document.
+    fn document(&mut self, doc: &serde_json::Value) {
+        let label = if self.documents == 0 {
+            String::new()
+        } else {
+            format!("(document {})", self.documents + 1)
+        };
+        self.documents += 1;
+        match parse_document(doc, self.source, &label) {
+            Ok(p) => self.parsed.push(p),
+            Err(e) => self.error(e),
+        }
+    }
+
+    fn error(&mut self, e: DefinitionError) {
+        if self.errors.len() < MAX_FILE_ERRORS {
+            self.errors.push(e);
+        } else {
+            self.unlisted += 1;
+        }
+    }
+
+    fn finish(mut self) -> (Vec<Parsed>, Vec<DefinitionError>) {
+        if self.unlisted > 0 {
+            self.errors.push(DefinitionError::new(
+                self.source,
+                "",
+                None,
+                format!(
+                    "… and {} more error(s) in this text, not listed",
+                    self.unlisted
+                ),
+            ));
+        }
+        (self.parsed, self.errors)
+    }
 }
 
 /// Parses one already-decoded document (e.g. a Karta object from the API server);
@@ -62,11 +146,9 @@ pub fn parse_document(
             } else {
                 format!("{label}{path}")
             };
-            // The message may quote a value of the file: a bounded, printable excerpt.
-            let message = crate::excerpt::printable(
-                &e.into_inner().to_string(),
-                crate::excerpt::PARSE_ERROR_BYTES,
-            );
+            // The message names the type and the field; a value of the file never
+            // reaches it (the file may be a link to secrets).
+            let message = crate::excerpt::value_free(&e.into_inner().to_string());
             Err(DefinitionError::new(source, &path, None, message))
         }
     }

@@ -13,6 +13,7 @@ pub mod model;
 pub mod plan;
 
 pub use catalog::{Catalog, Lookup};
+pub use load::LoadOptions;
 pub use model::{GroupVersionKind, Karta};
 pub use plan::Definition;
 
@@ -49,6 +50,35 @@ impl DefinitionError {
             message: message.into(),
         }
     }
+}
+
+/// Errors of one refused file or object quoted in its log line; the others are counted.
+pub const LOGGED_ERRORS: usize = 3;
+
+/// Logs one refused definition file or object (`source`) as ONE warning line: how many
+/// errors, and the first [`LOGGED_ERRORS`] of them (each cut to a bounded excerpt), however
+/// many it has. `what` says what stays in effect.
+pub fn log_refused(source: &str, errors: &[DefinitionError], what: &str) {
+    if errors.is_empty() {
+        return;
+    }
+    let first: Vec<String> = errors
+        .iter()
+        .take(LOGGED_ERRORS)
+        .map(|e| crate::excerpt::excerpt(&e.to_string(), 512).into_owned())
+        .collect();
+    let more = errors.len().saturating_sub(LOGGED_ERRORS);
+    let first = if more > 0 {
+        format!("{} … and {more} more", first.join("; "))
+    } else {
+        first.join("; ")
+    };
+    tracing::warn!(
+        source = %crate::excerpt::echo(source),
+        errors = errors.len(),
+        first = %first,
+        "{what}"
+    );
 }
 
 impl std::fmt::Display for DefinitionError {

@@ -47,7 +47,7 @@ pub struct Definition {
     pub warnings: Vec<DefinitionError>,
     /// How `phase` is chosen among the matched statuses: the annotation
     /// [`PHASE_PRECEDENCE`]; without it kartograf's for the embedded catalog and
-    /// [`unannotated_phase_precedence`] (`--phase-precedence`) for any other origin.
+    /// the [`super::LoadOptions`]' (`--phase-precedence`) for any other origin.
     pub phase_precedence: PhasePrecedence,
     /// Unique within the process: what answers remembered on pods are keyed by.
     pub(super) id: u64,
@@ -91,8 +91,19 @@ pub struct Component {
     pub instance_selector: Option<Compiled>,
     /// `replicaSelector.keyPath`.
     pub replica_selector: Option<Compiled>,
+    /// `interpreterDefinition` (Karmada's resource interpreter).
+    pub interpreter: Interpreter,
     /// YAML path of the component, for diagnostics.
     pub path: String,
+}
+
+/// A component's `interpreterDefinition` extension, compiled with the definition.
+#[derive(Debug, Default)]
+pub struct Interpreter {
+    /// `componentNamePath`.
+    pub name_path: Option<Compiled>,
+    /// `replicasAssignPath`.
+    pub assign_path: Option<super::assign::AssignPath>,
 }
 
 impl Component {
@@ -207,29 +218,6 @@ impl PhasePrecedence {
             "workload-map" => Some(PhasePrecedence::WorkloadMap),
             _ => None,
         }
-    }
-}
-
-/// The precedence of definitions compiled from now on that are not embedded and carry no
-/// [`PHASE_PRECEDENCE`] annotation (`--phase-precedence`); the embedded catalog keeps
-/// kartograf's.
-static UNANNOTATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Sets the precedence of unannotated, non-embedded definitions compiled from now on (set it
-/// before definitions are loaded).
-pub fn set_unannotated_phase_precedence(precedence: PhasePrecedence) {
-    UNANNOTATED.store(
-        precedence == PhasePrecedence::WorkloadMap,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-}
-
-/// The precedence of unannotated, non-embedded definitions.
-pub fn unannotated_phase_precedence() -> PhasePrecedence {
-    if UNANNOTATED.load(std::sync::atomic::Ordering::Relaxed) {
-        PhasePrecedence::WorkloadMap
-    } else {
-        PhasePrecedence::Kartograf
     }
 }
 

@@ -35,6 +35,44 @@ pub fn max_file_bytes() -> u64 {
     MAX_BYTES.load(Ordering::Relaxed)
 }
 
+/// Default of [`set_max_batch_bytes`].
+pub const MAX_BATCH_BYTES: u64 = 512 << 20;
+
+static MAX_BATCH: AtomicU64 = AtomicU64::new(MAX_BATCH_BYTES);
+
+/// Sets how many bytes of files are read and parsed at once (`--max-reload-bytes`): a reload
+/// (or an offline load) of more reads them in turn, so its memory does not grow with the
+/// number of large files or of cores.
+pub fn set_max_batch_bytes(max: u64) {
+    MAX_BATCH.store(max.max(1), Ordering::Relaxed);
+}
+
+/// The bytes of files read and parsed at once (see [`set_max_batch_bytes`]).
+pub fn max_batch_bytes() -> u64 {
+    MAX_BATCH.load(Ordering::Relaxed)
+}
+
+/// Splits `items` (each of the size `size` gives) into batches read together: at most
+/// `max_items` each, and at most [`max_batch_bytes`] of files each (a larger file is a batch
+/// of its own).
+pub fn batches<T>(items: &[T], max_items: usize, size: impl Fn(&T) -> u64) -> Vec<&[T]> {
+    let budget = max_batch_bytes();
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, item) in items.iter().enumerate() {
+        let n = size(item);
+        if i > start && (i - start >= max_items.max(1) || bytes.saturating_add(n) > budget) {
+            out.push(&items[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes = bytes.saturating_add(n);
+    }
+    if start < items.len() {
+        out.push(&items[start..]);
+    }
+    out
+}
+
 static READS: AtomicU64 = AtomicU64::new(0);
 
 /// Counts one file read (by a walker's caller).
@@ -186,4 +224,30 @@ pub fn is_manifest(path: &Path) -> bool {
         path.extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml" | "json")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_hold_at_most_the_budget_and_a_large_file_alone() {
+        let sizes = [100u64, 300, 200, 600, 50, 50, 50];
+        // The default budget (512 MiB) in units of 1 MiB.
+        let mib = |n: &u64| n << 20;
+        let got: Vec<Vec<u64>> = batches(&sizes, 64, mib)
+            .into_iter()
+            .map(<[u64]>::to_vec)
+            .collect();
+        assert_eq!(
+            got,
+            vec![vec![100, 300], vec![200], vec![600], vec![50, 50, 50]]
+        );
+        let by_count: Vec<usize> = batches(&[1u64; 5], 2, |n| *n)
+            .iter()
+            .map(|b| b.len())
+            .collect();
+        assert_eq!(by_count, vec![2, 2, 1]);
+        assert!(batches::<u64>(&[], 2, |n| *n).is_empty());
+    }
 }

@@ -8,9 +8,9 @@
 //! a change of the object, of the root or of a pod re-resolves the root, so a finding follows
 //! the change that causes it within one resolution.
 
-use super::verify::{self, Family, GangObject, PodLinks, Verdict};
+use super::verify::{self, GangObject, PodLinks, Verdict};
 use crate::definition::GroupVersionKind;
-use crate::expr::value::{self, Keep};
+use crate::expr::value::Keep;
 use crate::model::{Object, Pod};
 use crate::proto::v1 as pb;
 use parking_lot::Mutex;
@@ -58,7 +58,7 @@ pub fn watched_kinds() -> Vec<GroupVersionKind> {
 pub struct GangStatus {
     /// The object's namespace.
     pub namespace: String,
-    /// The object's kind label ([`Family::label`]).
+    /// The object's kind label ([`verify::Family::label`]).
     pub kind: &'static str,
     /// The object's name.
     pub name: String,
@@ -74,11 +74,6 @@ pub struct GangStatus {
 fn registry() -> &'static Mutex<HashMap<String, Vec<GangStatus>>> {
     static REGISTRY: OnceLock<Mutex<HashMap<String, Vec<GangStatus>>>> = OnceLock::new();
     REGISTRY.get_or_init(Mutex::default)
-}
-
-/// Whether an object of this type is a gang object (watched and checked).
-pub fn is_gang_object(api_version: &str, kind: &str) -> bool {
-    Family::of(api_version, kind).is_some()
 }
 
 /// Checks the gang objects `objects` (below the root in its owner chain) against the
@@ -97,7 +92,19 @@ pub fn annotate(
         return;
     }
     let verdicts = check(workload, objects, pods);
-    record(root_uid, workload, &verdicts);
+    if record(root_uid, workload, &verdicts) {
+        for o in objects.iter().take(MAX_OBJECTS_PER_WORKLOAD) {
+            if let Some(problem) = &o.problem {
+                tracing::warn!(
+                    kind = %o.meta.kind,
+                    namespace = %o.meta.namespace,
+                    name = %o.meta.name,
+                    %problem,
+                    "gangs: a gang object could not be read; it is reported invalid, not checked"
+                );
+            }
+        }
+    }
 }
 
 /// [`annotate`] without recording (offline resolution): the verdicts.
@@ -108,7 +115,7 @@ pub fn check(workload: &mut pb::Workload, objects: &[Arc<Object>], pods: &[&Pod]
     let gang_objects: Vec<GangObject> = objects
         .iter()
         .take(MAX_OBJECTS_PER_WORKLOAD)
-        .filter_map(|o| GangObject::from_json(&value::to_json(&o.value())))
+        .filter_map(|o| GangObject::of_object(o))
         .collect();
     let links: Vec<PodLinks> = pods.iter().map(|p| PodLinks::of(p)).collect();
     let verdicts = verify::check_workload(workload, &gang_objects, &links);
@@ -127,7 +134,8 @@ pub fn check(workload: &mut pb::Workload, objects: &[Arc<Object>], pods: &[&Pod]
     verdicts
 }
 
-fn record(root_uid: &str, workload: &pb::Workload, verdicts: &[Verdict]) {
+/// Records the verdicts; true when they differ from those recorded before.
+fn record(root_uid: &str, workload: &pb::Workload, verdicts: &[Verdict]) -> bool {
     let r = workload.r#ref.clone().unwrap_or_default();
     let statuses: Vec<GangStatus> = verdicts
         .iter()
@@ -141,11 +149,13 @@ fn record(root_uid: &str, workload: &pb::Workload, verdicts: &[Verdict]) {
         })
         .collect();
     let mut reg = registry().lock();
+    let changed = reg.get(root_uid) != Some(&statuses);
     if statuses.is_empty() {
         reg.remove(root_uid);
     } else if reg.len() < MAX_WORKLOADS || reg.contains_key(root_uid) {
         reg.insert(root_uid.to_owned(), statuses);
     }
+    changed
 }
 
 /// Forgets the verdicts of a root that is gone.

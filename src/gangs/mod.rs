@@ -68,6 +68,19 @@ pub enum RenderError {
     /// The workload has no gang (its definition gives no gang instructions).
     #[error("{0} has no gang (its definition has no gangScheduling instruction)")]
     NoGang(String),
+    /// The workload's graph was cut short (a deadline, budget or limit, a failed evaluation,
+    /// an unreadable object): a gang object built from it could state a wrong minimum.
+    #[error(
+        "{workload}'s graph is incomplete, so no gang object is built from it ({count} problem(s): {first})"
+    )]
+    Incomplete {
+        /// The workload, as `kind/namespace/name`.
+        workload: String,
+        /// How many diagnostics cut the graph short.
+        count: usize,
+        /// The first few of them, as `code: message`, `; `-separated.
+        first: String,
+    },
     /// The gangs break one of the target API's rules.
     #[error("{workload}'s gangs cannot be expressed as {api}: {rule}")]
     Inexpressible {
@@ -104,8 +117,50 @@ impl Rendered {
     }
 }
 
-/// Renders `workload`'s gangs as `format`'s objects, validated by that API's rules.
+/// Diagnostic codes that mean a graph was cut short or computed from missing values: no gang
+/// object is rendered from such a graph.
+pub const INCOMPLETE_CODES: &[&str] = &[
+    crate::resolve::diagnostics::code::DEADLINE,
+    crate::resolve::diagnostics::code::BUDGET_EXCEEDED,
+    crate::resolve::diagnostics::code::QUARANTINED,
+    crate::resolve::diagnostics::code::LIMIT_EXCEEDED,
+    crate::resolve::diagnostics::code::OBJECT_UNREADABLE,
+    crate::resolve::diagnostics::code::EVAL_ERROR,
+    crate::resolve::diagnostics::code::QUANTITY_OUT_OF_RANGE,
+];
+
+/// How many of the diagnostics that cut a graph short a refusal quotes.
+const QUOTED_PROBLEMS: usize = 3;
+
+/// Renders `workload`'s gangs as `format`'s objects, validated by that API's rules. A graph
+/// that was cut short ([`INCOMPLETE_CODES`]) is refused with its diagnostics.
 pub fn render(workload: &pb::Workload, format: Format) -> Result<Rendered, RenderError> {
+    let problems: Vec<&pb::Diagnostic> = workload
+        .diagnostics
+        .iter()
+        .filter(|d| INCOMPLETE_CODES.contains(&d.code.as_str()))
+        .collect();
+    if !problems.is_empty() {
+        return Err(RenderError::Incomplete {
+            workload: Root::of(workload).label(),
+            count: problems.len(),
+            first: problems
+                .iter()
+                .take(QUOTED_PROBLEMS)
+                .map(|d| format!("{}: {}", d.code, d.message))
+                .collect::<Vec<_>>()
+                .join("; "),
+        });
+    }
+    render_graph(workload, format)
+}
+
+/// [`render`] without the completeness check (verification matches objects by the names
+/// kartograf would give them, whatever the graph).
+pub(crate) fn render_graph(
+    workload: &pb::Workload,
+    format: Format,
+) -> Result<Rendered, RenderError> {
     let root = Root::of(workload);
     let groups = workload
         .gang

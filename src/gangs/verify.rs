@@ -87,9 +87,35 @@ pub struct GangObject {
     pub owners: Vec<String>,
     /// `spec`.
     pub spec: Value,
+    /// Why the object could not be read (over the size or depth budget): it is reported
+    /// invalid, not checked.
+    pub unreadable: Option<String>,
 }
 
 impl GangObject {
+    /// Reads a cached gang object; `None` for any other object. An object that could not be
+    /// read (over the conversion budget) is kept from its metadata, marked
+    /// [`GangObject::unreadable`], so that it is reported, not silently left out.
+    pub fn of_object(o: &crate::model::Object) -> Option<GangObject> {
+        let Some(problem) = &o.problem else {
+            return GangObject::from_json(&value::to_json(&o.value()));
+        };
+        Some(GangObject {
+            family: Family::of(&o.meta.api_version, &o.meta.kind)?,
+            namespace: o.meta.namespace.clone(),
+            name: o.meta.name.clone(),
+            owners: o
+                .meta
+                .owners
+                .iter()
+                .take(MAX_GROUPS)
+                .map(|r| r.uid.to_string())
+                .collect(),
+            spec: Value::Null,
+            unreadable: Some(problem.clone()),
+        })
+    }
+
     /// Reads a gang object; `None` for any other object.
     pub fn from_json(v: &Value) -> Option<GangObject> {
         let s = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -113,6 +139,7 @@ impl GangObject {
                 })
                 .unwrap_or_default(),
             spec: v.get("spec").cloned().unwrap_or(Value::Null),
+            unreadable: None,
         })
     }
 
@@ -235,7 +262,7 @@ fn match_gang<'w>(
         Family::Coscheduling => super::Format::Coscheduling,
         Family::PodGroup | Family::CompositePodGroup => super::Format::Workload,
     };
-    let rendered = super::render(w, format).ok()?;
+    let rendered = super::render_graph(w, format).ok()?;
     let at = rendered
         .objects
         .iter()
@@ -248,6 +275,25 @@ fn match_gang<'w>(
 pub fn verify(w: &pb::Workload, object: &GangObject, pods: &[MemberPod]) -> Verdict {
     let mut findings = Vec::new();
     let what = format!("{} {}", object.family.label(), object.name);
+    if let Some(problem) = &object.unreadable {
+        push(
+            &mut findings,
+            code::INVALID,
+            format!(
+                "{what}: could not be read ({problem}); it is not checked and gives no gang guarantee"
+            ),
+        );
+        return Verdict {
+            family: object.family,
+            name: object.name.clone(),
+            gang: None,
+            running: 0,
+            minimum: None,
+            intact: true,
+            stale: true,
+            findings,
+        };
+    }
     if object.family == Family::Kai {
         for p in kai::validate_spec(&object.spec).into_iter().take(10) {
             push(&mut findings, code::INVALID, format!("{what}: {p}"));

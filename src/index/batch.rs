@@ -24,7 +24,7 @@ pub struct Batch<'a> {
 }
 
 impl Batch<'_> {
-    /// Adds or replaces one object from `source` (see [`Index::apply`]): converted here
+    /// Adds or replaces one object from `source` ([`super::Write::Apply`]): converted here
     /// unless the source did, a pod keeping its unpacked value for the resolution at the end
     /// of the batch. Returns its identity, or why it was skipped (counted).
     pub(super) fn apply(&mut self, object: Incoming, source: &str) -> Result<String, Skip> {
@@ -75,7 +75,7 @@ impl Batch<'_> {
         }
     }
 
-    /// Replaces everything `source` holds (see [`Index::reset_converted`]).
+    /// Replaces everything `source` holds ([`super::Write::Reset`]).
     pub(super) fn reset_converted(
         &mut self,
         source: &str,

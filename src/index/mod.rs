@@ -2,11 +2,12 @@
 //! workloads and their current graphs, a server-wide revision counter and a bounded change
 //! history for `Watch`.
 //!
-//! Sources (manifest files, Kubernetes watchers) feed it through [`Index::apply`],
-//! [`Index::delete`] and [`Index::reset`]; each call marks the affected root workloads dirty and
-//! re-resolves only those. Every object is converted to a jq value once per change. A root's
-//! evaluation ([`resolve::Prepared`]) is memoized per root version and catalog generation, so
-//! a pod change re-resolves without re-evaluating the root.
+//! Sources (manifest files, Kubernetes watchers) and tests feed it through one write
+//! protocol ([`Write`], on the async [`Feed`] or the sync [`Batch`]); each write marks the
+//! affected root workloads dirty and a batch re-resolves only those. Every object is
+//! converted to a jq value once per change. A root's evaluation ([`resolve::Prepared`]) is
+//! memoized per root version and catalog generation, so a pod change re-resolves without
+//! re-evaluating the root.
 
 mod batch;
 mod feed;
@@ -15,8 +16,10 @@ mod names;
 mod objects;
 mod offline;
 mod query;
+mod reports;
 mod settle;
 mod unowned;
+mod upsert;
 mod write;
 
 #[cfg(test)]
@@ -28,22 +31,20 @@ pub use offline::OnDemand;
 pub use write::{Incoming, Write};
 
 use crate::board::{Board, DEFAULT_HISTORY, Key, SourceProblem};
-use crate::model::{Skip, SkipCounts, Skipped};
+use crate::model::SkipCounts;
 
 use crate::definition::Catalog;
 use crate::expr::Limits;
-use crate::model::{Cached, Pod};
-use crate::resolve::{self, Prepared};
+use crate::resolve::Prepared;
 use arc_swap::ArcSwap;
 use listing::OpenList;
-use objects::{Entry, Objects};
+use objects::Objects;
 use parking_lot::{Mutex, MutexGuard};
-use serde_json::Value as Json;
-use settle::{PreparedKey, cut_short};
+use settle::PreparedKey;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// An object's identity (its uid), allocated once and shared by every map that refers to it
 /// (and the workload's key on the board).
@@ -71,18 +72,6 @@ impl Writer {
         self.sources.push(s.clone());
         s
     }
-}
-
-/// Two versions of a pod agree on everything accounting and the graph read besides the
-/// definition's questions.
-fn same_accounting(a: &Pod, b: &Pod) -> bool {
-    a.node == b.node
-        && a.phase == b.phase
-        && a.ready == b.ready
-        && a.reason == b.reason
-        && *a.request == *b.request
-        && a.bad_quantities == b.bad_quantities
-        && a.resource_claims == b.resource_claims
 }
 
 /// The index. Cheap to share (`Arc<Index>`); all methods take `&self`.
@@ -163,52 +152,6 @@ impl Index {
     /// keep what they derived from every object, e.g. the web view's overview).
     pub fn object_writes(&self) -> u64 {
         self.writes.load(Ordering::Acquire)
-    }
-
-    /// Counts an object of `source` skipped for `skip`.
-    pub fn count_skip(&self, source: &str, skip: &Skip) {
-        self.count_skips(source, |c| c.add(skip));
-    }
-
-    /// Adds to the skip counts of `source` (sources bounded: each is a source name, and
-    /// one source's counts are a fixed table).
-    pub fn count_skips(&self, source: &str, add: impl FnOnce(&mut SkipCounts)) {
-        let mut skips = self.skips.lock();
-        match skips.get_mut(source) {
-            Some(counts) => add(counts),
-            None => add(skips.entry(Arc::from(source)).or_default()),
-        }
-    }
-
-    /// Objects skipped so far, by source.
-    pub fn skipped(&self) -> Vec<(String, SkipCounts)> {
-        let skips = self.skips.lock();
-        skips.iter().map(|(s, c)| (s.to_string(), *c)).collect()
-    }
-
-    /// Replaces the problems `source` reports.
-    pub fn set_source_problems(&self, source: &str, problems: Vec<SourceProblem>) {
-        let mut all = self.problems.lock();
-        if problems.is_empty() {
-            all.remove(source);
-        } else {
-            all.insert(source.to_owned(), problems);
-        }
-    }
-
-    /// Every source (those the index was created with, and those that reported problems)
-    /// with its reported problems, by source name.
-    pub fn source_problems(&self) -> Vec<(String, Vec<SourceProblem>)> {
-        let problems = self.problems.lock();
-        let mut out: std::collections::BTreeMap<String, Vec<SourceProblem>> = self
-            .sources
-            .iter()
-            .map(|s| (s.clone(), Vec::new()))
-            .collect();
-        for (s, p) in problems.iter() {
-            out.insert(s.clone(), p.clone());
-        }
-        out.into_iter().collect()
     }
 
     /// The handle through which sources on the async runtime change the index: a writer
@@ -294,21 +237,6 @@ impl Index {
         self.catalog.load_full()
     }
 
-    /// Current revision.
-    pub fn revision(&self) -> u64 {
-        self.board.revision()
-    }
-
-    /// A receiver that sees every new revision (for Watch).
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.board.subscribe()
-    }
-
-    /// Receivers currently subscribed (open Watch streams and internal listeners).
-    pub fn subscribers(&self) -> usize {
-        self.board.subscribers()
-    }
-
     /// How many workload resolutions the index has run (each change re-resolves the
     /// workloads it touches; changes that cannot alter a graph run none).
     pub fn resolutions(&self) -> u64 {
@@ -320,160 +248,12 @@ impl Index {
         self.synced.load(Ordering::Acquire)
     }
 
-    /// Marks a source's first full sync done.
-    pub fn mark_synced(&self, source: &str) {
+    /// Marks a source's first full sync done (see [`Batch::mark_synced`]).
+    pub(super) fn mark_synced(&self, source: &str) {
         let mut pending = self.pending_sources.lock();
         pending.remove(source);
         if pending.is_empty() {
             self.synced.store(true, Ordering::Release);
         }
-    }
-
-    /// Adds or replaces one object (any kind; pods are recognised by kind) from `source`.
-    /// Returns the object's identity, or why it was skipped.
-    pub fn apply(&self, json: &Json, source: &str) -> Result<String, Skip> {
-        // Converted here, from the borrowed document (a pod keeps its value for its first
-        // resolution, as from the writer thread).
-        let converted = Cached::from_json_keeping_value(json, self.limits);
-        self.batch().apply(Incoming::Converted(converted), source)
-    }
-
-    /// Converts a document for [`Index::reset_converted`], within the index's limits.
-    pub fn convert(&self, json: &Json) -> Result<Cached, Skip> {
-        Cached::from_json(json, self.limits)
-    }
-
-    /// Removes one object by uid (or identity).
-    pub fn delete(&self, uid: &str) {
-        self.batch().delete(uid);
-    }
-
-    /// Replaces everything `source` holds with `docs` (a full list or relist): objects not in
-    /// it are deleted, the rest applied. Returns the documents skipped, with reasons.
-    pub fn reset(&self, source: &str, docs: &[Json]) -> Skipped {
-        self.reset_converted(source, docs.iter().map(|d| self.convert(d)).collect())
-    }
-
-    /// [`Index::reset`] with documents already converted (a source converts a list while it
-    /// arrives, so it never holds the whole list as JSON). Conversion failures are the
-    /// skipped documents' reasons.
-    pub fn reset_converted(&self, source: &str, items: Vec<Result<Cached, Skip>>) -> Skipped {
-        self.batch().reset_converted(source, items)
-    }
-
-    /// Publishes a new catalog and re-resolves the workloads whose definitions it changed.
-    pub fn set_catalog(&self, catalog: Catalog) {
-        self.batch().set_catalog(catalog);
-    }
-
-    /// Whether a pod update can keep the cached copy (`Some(true)`: identical, skip it),
-    /// replace it without re-resolving (`Some(false)`), or must be inserted (`None`).
-    fn pod_unchanged(&self, uid: &str, cached: &Cached, source: &str) -> Option<bool> {
-        let Cached::Pod(after) = cached else {
-            return None;
-        };
-        let (before, root) = {
-            let objects = self.objects();
-            let old = objects.get(uid)?;
-            let Cached::Pod(before) = &old.cached else {
-                return None;
-            };
-            if old.source.as_ref() != source
-                || before.meta != after.meta
-                || before.problem != after.problem
-            {
-                return None;
-            }
-            if before.packed == after.packed {
-                return Some(true);
-            }
-            // A pod that is its own workload is read whole (its status is the workload's).
-            let root = old.root.as_ref().filter(|r| r.as_ref() != uid)?;
-            let root = objects.get(root)?.cached.meta().clone();
-            (before.clone(), root)
-        };
-        if !same_accounting(&before, after) {
-            return None;
-        }
-        // A resolution the deadline or a budget cut short asked some pods only part of
-        // their questions.
-        let whole = self
-            .board
-            .get(&root.uid)
-            .is_some_and(|w| !cut_short(&w.graph));
-        if !whole {
-            return None;
-        }
-        let catalog = self.catalog.load();
-        let lookup = catalog.lookup(&root.api_version, &root.kind)?;
-        // Evaluates the definition's pod questions on the new version: outside every lock
-        // readers take.
-        resolve::same_answers(
-            &lookup.definition,
-            lookup.definition.generation(),
-            &before,
-            after,
-            Some(Instant::now() + self.resolve_timeout),
-        )
-        .then_some(false)
-    }
-
-    /// Inserts a converted object; returns its identity.
-    fn insert(&self, w: &mut Writer, mut cached: Cached, source: &str) -> String {
-        let uid = cached.meta().identity();
-        if let Some(ns) = &self.namespace
-            && &cached.meta().namespace != ns
-        {
-            // Another shard's object: not kept (and a copy kept before is removed).
-            self.count_skip(source, &Skip::OtherNamespace(uid.clone()));
-            self.remove(w, &uid);
-            return uid;
-        }
-        // A pod update that changes nothing the graph reads (a kubelet heartbeat, a restart
-        // count, a status write with the same content) skips re-resolving: the same
-        // projection keeps the cached copy and what it remembers; otherwise the same
-        // accounting facts and the same answers to the definition's questions keep the new
-        // copy (see `resolve::same_answers`).
-        match self.pod_unchanged(&uid, &cached, source) {
-            Some(true) => return uid,
-            Some(false) => {
-                let mut objects = self.objects_mut();
-                if let Some(key) = objects.get_key_value(uid.as_str()).map(|(k, _)| k) {
-                    cached.share_uid(&key.clone());
-                }
-                if let Some(old) = objects.get_mut(uid.as_str()) {
-                    old.cached = cached;
-                }
-                return uid;
-            }
-            None => {}
-        }
-        let source = w.source(source);
-        let catalog = self.catalog.load();
-        let mut objects = self.objects_mut();
-        // One copy of the uid: the map's key, else the object's own.
-        let shared = objects.uid_or(&uid, &cached.meta().uid);
-        cached.share_uid(&shared);
-        w.version_counter += 1;
-        let entry = Entry {
-            cached,
-            version: w.version_counter,
-            source,
-            root: None,
-        };
-        objects
-            .put(shared, entry, &catalog, &self.board)
-            .mark(&mut w.dirty);
-        self.writes.fetch_add(1, Ordering::Release);
-        uid
-    }
-
-    fn remove(&self, w: &mut Writer, uid: &str) {
-        let catalog = self.catalog.load();
-        // A root (or a published workload) it was is marked before it goes.
-        self.objects_mut()
-            .take(uid, &catalog, &self.board)
-            .mark(&mut w.dirty);
-        self.writes.fetch_add(1, Ordering::Release);
     }
 }

@@ -58,12 +58,8 @@ impl Index {
             .collect()
     }
 
-    /// The workload with this uid, or this kind (case-insensitive, optional) / namespace / name.
-    pub fn workload(&self, r: &pb::ObjectRef) -> Option<Arc<pb::Workload>> {
-        self.published(r).map(|p| Arc::new(p.graph()))
-    }
-
-    /// Like [`Index::workload`], with the graph's shared wire encodings.
+    /// The published graph of the workload with this uid, or this kind (case-insensitive,
+    /// optional) / namespace / name.
     pub fn published(&self, r: &pb::ObjectRef) -> Option<Arc<Published>> {
         if !r.uid.is_empty() {
             return self.board.get(r.uid.as_str()).map(|w| w.graph.clone());
@@ -102,32 +98,16 @@ impl Index {
             .map(|w| w.graph.clone())
     }
 
-    /// True when an object of this kind/namespace/name is cached (whether or not it is a
-    /// workload), and its `apiVersion`.
-    pub fn object_api_version(&self, kind: &str, namespace: &str, name: &str) -> Option<String> {
+    /// A cached object (not a pod) by uid, as JSON (as cached: see `model::OBJECT_RULE`).
+    pub fn object_json(&self, uid: &str) -> Option<serde_json::Value> {
         let objects = self.objects();
-        let key = Name {
-            kind,
-            namespace,
-            name,
-        };
-        objects
-            .by_name
-            .get_ignoring_kind_case(&objects.graph(), key)
-            .and_then(|uid| objects.get(uid))
-            .map(|e| e.cached.meta().api_version.clone())
+        match &objects.get(uid)?.cached {
+            crate::model::Cached::Object(o) if o.problem.is_none() => Some(o.packed.to_json()),
+            _ => None,
+        }
     }
 
-    /// The workload that owns a cached pod, and where the pod sits.
-    pub fn workload_of_pod(
-        &self,
-        r: &pb::ObjectRef,
-    ) -> Result<(Arc<pb::Workload>, pb::PodPlacement), PodMiss> {
-        self.published_of_pod(r)
-            .map(|(p, at)| (Arc::new(p.graph()), at))
-    }
-
-    /// Like [`Index::workload_of_pod`], with the graph's shared wire encodings.
+    /// The published graph of the workload that owns a cached pod, and where the pod sits.
     pub fn published_of_pod(
         &self,
         r: &pb::ObjectRef,

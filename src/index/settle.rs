@@ -23,13 +23,10 @@ pub(super) type PreparedKey = (Uid, u64);
 /// Diagnostics that mean a resolution did not ask every question (a pod update cannot be
 /// judged unchanged against it).
 pub(super) fn cut_short(graph: &pb::Workload) -> bool {
-    use resolve::diagnostics::code;
-    graph.diagnostics.iter().any(|d| {
-        d.code == code::DEADLINE
-            || d.code == code::BUDGET_EXCEEDED
-            || d.code == code::QUARANTINED
-            || d.code == code::LIMIT_EXCEEDED
-    })
+    graph
+        .diagnostics
+        .iter()
+        .any(|d| resolve::diagnostics::cut_short(&d.code))
 }
 
 /// What a dirty uid needs: nothing more (it is no root), or a resolution of these inputs.
@@ -181,7 +178,9 @@ impl Index {
                         stack.push((child.clone(), depth + 1));
                     }
                     Some(Cached::Object(o)) => {
-                        if crate::gangs::live::is_gang_object(&o.meta.api_version, &o.meta.kind) {
+                        if crate::gangs::verify::Family::of(&o.meta.api_version, &o.meta.kind)
+                            .is_some()
+                        {
                             gangs.push(o.clone());
                         }
                         stack.push((child.clone(), depth + 1));

@@ -2,9 +2,11 @@
 //! kinds are made up (`example.com/v1` `Group` owning `Member` objects, each with pods), with
 //! definitions compiled from text.
 
-use super::Index;
+use super::{Index, Write};
 use crate::board::{Change, Filter};
 use crate::definition::{Catalog, catalog, load};
+use crate::expr::Limits;
+use crate::model::Cached;
 use crate::proto::v1 as pb;
 use serde_json::{Value, json};
 
@@ -45,7 +47,7 @@ spec:
 "#;
     let (parsed, errors) = load::parse_text(text, "test");
     assert!(errors.is_empty(), "{errors:?}");
-    let (defs, errors) = catalog::compile_all(parsed, "test");
+    let (defs, errors) = catalog::compile_all(parsed, "test", Default::default());
     assert!(errors.is_empty(), "{errors:?}");
     Catalog::from_layers(1, [defs])
 }
@@ -92,10 +94,11 @@ fn workloads(index: &Index) -> Vec<String> {
 /// How many pods the published graph of `uid` counts now.
 fn current_pods(index: &Index, uid: &str) -> Option<u32> {
     index
-        .workload(&pb::ObjectRef {
+        .published(&pb::ObjectRef {
             uid: uid.into(),
             ..Default::default()
         })
+        .map(|p| p.graph())
         .and_then(|w| w.pods)
         .map(|p| p.current)
 }
@@ -123,16 +126,18 @@ fn a_reset_removes_what_the_source_no_longer_holds() {
         pod("a-0-p", "a-0"),
         group("b", json!({})),
     ];
-    assert!(index.reset("files", &docs).is_empty());
+    assert!(index.batch().write(Write::reset("files", &docs)).is_empty());
     assert_eq!(workloads(&index), ["Group/a", "Group/b"]);
-    let a = index.workload(&pb::ObjectRef {
-        uid: "uid-a".into(),
-        ..Default::default()
-    });
+    let a = index
+        .published(&pb::ObjectRef {
+            uid: "uid-a".into(),
+            ..Default::default()
+        })
+        .map(|p| p.graph());
     assert_eq!(a.and_then(|w| w.pods).map(|p| p.current), Some(1));
-    let before = index.revision();
+    let before = index.board().revision();
     // The second list holds only `a` and its member: `b` and the pod are gone.
-    index.reset("files", &docs[..2]);
+    index.batch().write(Write::reset("files", &docs[..2]));
     assert_eq!(workloads(&index), ["Group/a"]);
     let (changes, _) = changes_since(&index, before, &Filter::default()).unwrap();
     let mut seen = kinds(&changes);
@@ -146,21 +151,46 @@ fn a_reset_removes_what_the_source_no_longer_holds() {
     );
     assert_eq!(index.sizes().pods, 0);
     // Another source's objects are left alone by this source's reset.
-    index.apply(&group("c", json!({})), "other").unwrap();
-    index.reset("files", &[]);
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("other", group("c", json!({}))))
+            .is_empty()
+    );
+    index.batch().write(Write::reset("files", &[]));
     assert_eq!(workloads(&index), ["Group/c"]);
 }
 
 #[test]
 fn a_member_adopted_by_a_group_stops_being_a_workload_of_its_own() {
     let index = Index::new(catalog(), &[]);
-    index.apply(&member("m", None), "files").unwrap();
-    index.apply(&pod("m-p", "m"), "files").unwrap();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("files", member("m", None)))
+            .is_empty()
+    );
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("files", pod("m-p", "m")))
+            .is_empty()
+    );
     assert_eq!(workloads(&index), ["Member/m"]);
-    index.apply(&group("g", json!({})), "files").unwrap();
-    let before = index.revision();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("files", group("g", json!({}))))
+            .is_empty()
+    );
+    let before = index.board().revision();
     // The controller reference arrives: the member is now part of the group.
-    index.apply(&member("m", Some("g")), "files").unwrap();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("files", member("m", Some("g"))))
+            .is_empty()
+    );
     assert_eq!(workloads(&index), ["Group/g"]);
     let (changes, _) = changes_since(&index, before, &Filter::default()).unwrap();
     let mut seen = kinds(&changes);
@@ -181,20 +211,31 @@ fn a_member_adopted_by_a_group_stops_being_a_workload_of_its_own() {
     assert_eq!(graph.r#ref.as_ref().unwrap().name, "g");
     assert_eq!(placement.component, "member");
     // Released again: the member is its own workload once more.
-    index.apply(&member("m", None), "files").unwrap();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("files", member("m", None)))
+            .is_empty()
+    );
     assert_eq!(workloads(&index), ["Group/g", "Member/m"]);
 }
 
 #[test]
 fn the_history_keeps_its_cap_and_older_resumes_reset() {
     let index = Index::new(catalog(), &[]).with_history(3);
-    let start = index.revision();
+    let start = index.board().revision();
     for i in 0..5 {
-        index
-            .apply(&group("g", json!({"round": i.to_string()})), "files")
-            .unwrap();
+        assert!(
+            index
+                .batch()
+                .write(Write::apply(
+                    "files",
+                    group("g", json!({"round": i.to_string()}))
+                ))
+                .is_empty()
+        );
     }
-    let now = index.revision();
+    let now = index.board().revision();
     assert_eq!(now, start + 5);
     assert!(
         changes_since(&index, start, &Filter::default()).is_none(),
@@ -218,24 +259,39 @@ fn labels_entering_and_leaving_a_selector_are_added_and_deleted_for_it() {
         label_selector: "app=web".to_owned(),
         ..Filter::default()
     };
-    index
-        .apply(&group("g", json!({"app": "db"})), "files")
-        .unwrap();
-    let r0 = index.revision();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("files", group("g", json!({"app": "db"}))))
+            .is_empty()
+    );
+    let r0 = index.board().revision();
     assert!(index.board().snapshot(&web).0.is_empty());
-    index
-        .apply(&group("g", json!({"app": "web"})), "files")
-        .unwrap();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("files", group("g", json!({"app": "web"}))))
+            .is_empty()
+    );
     let (changes, r1) = changes_since(&index, r0, &web).unwrap();
     assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Added)]);
-    index
-        .apply(&group("g", json!({"app": "web", "v": "2"})), "files")
-        .unwrap();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply(
+                "files",
+                group("g", json!({"app": "web", "v": "2"}))
+            ))
+            .is_empty()
+    );
     let (changes, r2) = changes_since(&index, r1, &web).unwrap();
     assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Modified)]);
-    index
-        .apply(&group("g", json!({"app": "db"})), "files")
-        .unwrap();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("files", group("g", json!({"app": "db"}))))
+            .is_empty()
+    );
     let (changes, _) = changes_since(&index, r2, &web).unwrap();
     assert_eq!(kinds(&changes), [("g".to_owned(), pb::EventType::Deleted)]);
     // Over the whole span, the workload was never in the view: nothing to send.
@@ -257,15 +313,16 @@ fn a_flush_of_many_roots_resolves_them_all_across_threads() {
             docs.push(pod(&format!("m{i:03}-p{p}"), &format!("m{i:03}")));
         }
     }
-    assert!(index.reset("files", &docs).is_empty());
+    assert!(index.batch().write(Write::reset("files", &docs)).is_empty());
     let names = workloads(&index);
     assert_eq!(names.len(), n);
     for i in 0..n {
         let w = index
-            .workload(&pb::ObjectRef {
+            .published(&pb::ObjectRef {
                 uid: format!("uid-m{i:03}"),
                 ..Default::default()
             })
+            .map(|p| p.graph())
             .expect("resolved");
         assert_eq!(
             w.pods.map(|p| p.current),
@@ -306,12 +363,27 @@ fn children_stay_a_short_list_until_many_and_keep_each_uid_once() {
 #[test]
 fn an_object_and_its_key_share_one_copy_of_the_uid() {
     let index = Index::new(catalog(), &[]);
-    index.apply(&group("a", json!({})), "files").unwrap();
-    index.apply(&pod("a-p", "a"), "files").unwrap();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("files", group("a", json!({}))))
+            .is_empty()
+    );
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("files", pod("a-p", "a")))
+            .is_empty()
+    );
     // A changed pod replaces the cached one under the same key.
     let mut changed = pod("a-p", "a");
     changed["spec"]["nodeName"] = json!("m");
-    index.apply(&changed, "files").unwrap();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("files", changed.clone()))
+            .is_empty()
+    );
     let objects = index.objects();
     for uid in ["uid-a", "uid-a-p"] {
         let (key, entry) = objects.get_key_value(uid).unwrap();
@@ -329,7 +401,12 @@ fn hand_over_group_a(index: &Index) -> Vec<super::Uid> {
     batch.begin_list("groups");
     batch.begin_list("pods");
     let docs = [group("a", json!({})), member("a-0", Some("a"))];
-    batch.stage("groups", docs.iter().map(|d| index.convert(d)).collect());
+    batch.stage(
+        "groups",
+        docs.iter()
+            .map(|d| Cached::from_json(d, Limits::default()))
+            .collect(),
+    );
     batch.finish_list("groups");
     std::mem::take(&mut batch.handed)
 }
@@ -337,8 +414,12 @@ fn hand_over_group_a(index: &Index) -> Vec<super::Uid> {
 #[test]
 fn before_the_first_sync_a_list_that_ends_while_another_arrives_hands_it_its_roots() {
     let index = Index::new(catalog(), &["cluster"]);
-    let convert = |docs: &[Value]| docs.iter().map(|d| index.convert(d)).collect::<Vec<_>>();
-    let before = index.revision();
+    let convert = |docs: &[Value]| {
+        docs.iter()
+            .map(|d| Cached::from_json(d, Limits::default()))
+            .collect::<Vec<_>>()
+    };
+    let before = index.board().revision();
     hand_over_group_a(&index);
     // Group a's pods are still arriving: it is resolved when they are in, not before.
     assert!(workloads(&index).is_empty());
@@ -355,7 +436,7 @@ fn before_the_first_sync_a_list_that_ends_while_another_arrives_hands_it_its_roo
     assert_eq!(pods("uid-a"), Some(2));
 
     // Once synced, a list that ends is resolved at once, whatever else is arriving.
-    index.mark_synced("cluster");
+    index.batch().mark_synced("cluster");
     {
         let mut batch = index.batch();
         batch.begin_list("pods");
@@ -372,7 +453,11 @@ fn before_the_first_sync_a_list_that_ends_while_another_arrives_hands_it_its_roo
 #[test]
 fn roots_handed_over_before_the_first_sync_can_be_prepared_while_their_pods_arrive() {
     let index = Index::new(catalog(), &["cluster"]);
-    let convert = |docs: &[Value]| docs.iter().map(|d| index.convert(d)).collect::<Vec<_>>();
+    let convert = |docs: &[Value]| {
+        docs.iter()
+            .map(|d| Cached::from_json(d, Limits::default()))
+            .collect::<Vec<_>>()
+    };
     let handed = hand_over_group_a(&index);
     // The group was handed over (its member is no root: not marked).
     let names: Vec<&str> = handed.iter().map(|u| u.as_ref()).collect();
@@ -401,7 +486,7 @@ fn roots_handed_over_before_the_first_sync_can_be_prepared_while_their_pods_arri
     assert_eq!(workloads(&index), ["Group/a"]);
     assert_eq!(prepared_version("uid-a", "Group"), Some(version));
     // Once synced, nothing is handed over.
-    index.mark_synced("cluster");
+    index.batch().mark_synced("cluster");
     let mut batch = index.batch();
     batch.begin_list("pods");
     batch.begin_list("groups");
@@ -413,7 +498,11 @@ fn roots_handed_over_before_the_first_sync_can_be_prepared_while_their_pods_arri
 #[test]
 fn before_the_first_sync_a_root_the_open_list_stopped_touching_is_resolved_before_it_ends() {
     let index = Index::new(catalog(), &["cluster"]);
-    let convert = |docs: &[Value]| docs.iter().map(|d| index.convert(d)).collect::<Vec<_>>();
+    let convert = |docs: &[Value]| {
+        docs.iter()
+            .map(|d| Cached::from_json(d, Limits::default()))
+            .collect::<Vec<_>>()
+    };
     let part = |docs: &[Value]| {
         let mut batch = index.batch();
         batch.stage("pods", convert(docs));
@@ -455,7 +544,7 @@ fn before_the_first_sync_a_root_the_open_list_stopped_touching_is_resolved_befor
     assert_eq!(pods("uid-a"), Some(2));
 
     // Once synced, a list's roots wait for its end, however long it runs.
-    index.mark_synced("cluster");
+    index.batch().mark_synced("cluster");
     index.batch().begin_list("pods");
     part(&[pod("a-0-r", "a-0")]);
     for i in 0..super::listing::RIPE_AFTER * 2 {
@@ -473,7 +562,10 @@ fn a_list_that_starts_over_gives_back_the_roots_handed_to_it() {
         let mut batch = index.batch();
         batch.begin_list("groups");
         batch.begin_list("pods");
-        batch.stage("groups", vec![index.convert(&group("a", json!({})))]);
+        batch.stage(
+            "groups",
+            vec![Cached::from_json(&group("a", json!({})), Limits::default())],
+        );
         batch.finish_list("groups");
     }
     assert!(workloads(&index).is_empty());
@@ -486,11 +578,17 @@ fn a_list_that_starts_over_gives_back_the_roots_handed_to_it() {
         let mut batch = index.batch();
         batch.begin_list("groups");
         let groups = [group("a", json!({})), group("b", json!({}))];
-        batch.stage("groups", groups.iter().map(|g| index.convert(g)).collect());
+        batch.stage(
+            "groups",
+            groups
+                .iter()
+                .map(|g| Cached::from_json(g, Limits::default()))
+                .collect(),
+        );
         batch.finish_list("groups");
     }
     assert_eq!(workloads(&index), ["Group/a"]);
-    index.mark_synced("cluster");
+    index.batch().mark_synced("cluster");
     index.batch().release_open_lists();
     assert_eq!(workloads(&index), ["Group/a", "Group/b"]);
 }
@@ -531,7 +629,7 @@ fn the_roots_a_change_touches_match_each_object_walked_up_on_its_own() {
         o
     };
     let entry = |i: usize, controller: usize| Entry {
-        cached: index.convert(&object(i, controller)).expect("converts"),
+        cached: Cached::from_json(&object(i, controller), Limits::default()).expect("converts"),
         version: 0,
         source: Arc::from("t"),
         root: i.is_multiple_of(3).then(|| Arc::from(format!("hint-{i}"))),

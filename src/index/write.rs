@@ -7,6 +7,7 @@
 //! once the writes before it are published).
 
 use super::Batch;
+use crate::expr::Limits;
 use crate::model::{Cached, Skip, SkipCounts, Skipped};
 use serde_json::Value as Json;
 use std::sync::Arc;
@@ -77,6 +78,34 @@ pub enum Incoming {
 }
 
 impl Write {
+    /// Adds or replaces `doc` of `source` ([`Write::Apply`]; converted by the writer, as
+    /// [`Incoming::Json`]).
+    pub fn apply(source: &str, doc: Json) -> Write {
+        Write::Apply {
+            source: Arc::from(source),
+            object: Incoming::Json(doc),
+        }
+    }
+
+    /// Removes the object with this uid or identity ([`Write::Delete`]).
+    pub fn delete(uid: &str) -> Write {
+        Write::Delete {
+            uid: uid.to_owned(),
+        }
+    }
+
+    /// Replaces everything `source` holds with `docs` ([`Write::Reset`]), each converted
+    /// here within the default limits as the sources convert (a failure is its skip).
+    pub fn reset(source: &str, docs: &[Json]) -> Write {
+        Write::Reset {
+            source: Arc::from(source),
+            items: docs
+                .iter()
+                .map(|d| Cached::from_json(d, Limits::default()))
+                .collect(),
+        }
+    }
+
     /// Objects this write carries, for the writer's queue bound (at least 1 for a write that
     /// carries any).
     pub(super) fn weight(&self) -> usize {

@@ -89,7 +89,9 @@ pub fn validate(object: &Json, name: &str) -> Result<Arc<Definition>, Vec<Defini
         )]);
     }
     let parsed = load::parse_document(object, &origin, "").map_err(|e| vec![e])?;
-    let (mut defs, errors) = catalog::compile_all(vec![parsed], &origin);
+    // The verdict does not depend on the loader's options (the phase precedence only picks
+    // among matched statuses when resolving).
+    let (mut defs, errors) = catalog::compile_all(vec![parsed], &origin, Default::default());
     match defs.pop() {
         Some(def) if errors.is_empty() => Ok(def),
         _ => Err(errors),

@@ -234,21 +234,6 @@ fn drift(
     Ok(())
 }
 
-/// `Running` for `PHASE_RUNNING`.
-fn phase_name(phase: i32) -> String {
-    let name = pb::Phase::try_from(phase).unwrap_or(pb::Phase::Unspecified);
-    let word = name.as_str_name().trim_start_matches("PHASE_");
-    let mut out = String::with_capacity(word.len());
-    for (i, c) in word.chars().enumerate() {
-        if i == 0 {
-            out.push(c);
-        } else {
-            out.push(c.to_ascii_lowercase());
-        }
-    }
-    out
-}
-
 /// The pods of workload `w` that belong to it but that no component claims (the graph's
 /// `unattributed_pod` warnings), read from its full graph only when it has such warnings.
 fn unattributed(index: &Index, w: &pb::Workload) -> Vec<AttributedPod> {
@@ -263,7 +248,8 @@ fn unattributed(index: &Index, w: &pb::Workload) -> Vec<AttributedPod> {
         ..Default::default()
     };
     index
-        .workload(&by_uid)
+        .published(&by_uid)
+        .map(|p| p.graph())
         .map(|full| {
             full.unattributed_pods
                 .iter()
@@ -488,7 +474,10 @@ impl Collector for Inventory {
             "1 for the normalized phase a workload is in (only the current phase is exported)",
             workloads.iter().zip(&refs).map(|((w, _), r)| {
                 let phase = w.status.as_ref().map_or(0, |s| s.phase);
-                (with(r, "phase", phase_name(phase)), 1i64)
+                (
+                    with(r, "phase", crate::proto::phase_name(phase).to_owned()),
+                    1i64,
+                )
             }),
         )?;
         gauges(
@@ -610,18 +599,5 @@ impl Collector for Inventory {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::phase_name;
-    use crate::proto::v1 as pb;
-
-    #[test]
-    fn phase_names_are_title_case() {
-        assert_eq!(phase_name(pb::Phase::Running as i32), "Running");
-        assert_eq!(phase_name(pb::Phase::Initializing as i32), "Initializing");
-        assert_eq!(phase_name(999), "Unspecified");
     }
 }

@@ -57,6 +57,31 @@ pub mod code {
     pub const GANG_NO_MEMBER: &str = "gang_no_member";
 }
 
+/// The codes that mean an evaluation was cut short (deadline, budget, quarantine): the
+/// next try may complete, so such answers are neither remembered nor trusted.
+pub const EVALUATION_CUT_SHORT: [&str; 3] =
+    [code::DEADLINE, code::BUDGET_EXCEEDED, code::QUARANTINED];
+
+/// The codes that mean a graph is cut short: an evaluation was ([`EVALUATION_CUT_SHORT`]),
+/// or a limit on a resolution's native work was ([`code::LIMIT_EXCEEDED`]). Such a graph is
+/// partial: no decision (a gang object, a skipped re-resolution) may rest on it.
+pub const CUT_SHORT: [&str; 4] = [
+    code::DEADLINE,
+    code::BUDGET_EXCEEDED,
+    code::QUARANTINED,
+    code::LIMIT_EXCEEDED,
+];
+
+/// Whether `code` says an evaluation was cut short.
+pub fn evaluation_cut_short(code: &str) -> bool {
+    EVALUATION_CUT_SHORT.contains(&code)
+}
+
+/// Whether `code` says a graph is cut short.
+pub fn cut_short(code: &str) -> bool {
+    CUT_SHORT.contains(&code)
+}
+
 /// Most diagnostics of one code kept on one graph; the others are counted, and one more
 /// diagnostic of that code says how many were not shown. (A workload of 100,000 pods that no
 /// component claims has 32 `unattributed_pod` diagnostics and a count, not 100,000.)

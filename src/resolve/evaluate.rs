@@ -42,6 +42,67 @@ pub(super) enum Failure {
     Budget,
 }
 
+/// Why a guarded evaluation gave no outputs.
+#[derive(Debug)]
+pub enum Cut {
+    /// The definition is quarantined (the reason); nothing was evaluated.
+    Quarantined(String),
+    /// The deadline passed.
+    Deadline,
+    /// A budget ran out (recorded against the definition's breaker).
+    Budget(crate::expr::budget::Exceeded),
+    /// The expression failed at run time.
+    Failed(EvalError),
+}
+
+impl Cut {
+    /// The diagnostic code of an evaluation cut short (`None`: the expression failed).
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            Cut::Quarantined(_) => Some(code::QUARANTINED),
+            Cut::Deadline => Some(code::DEADLINE),
+            Cut::Budget(_) => Some(code::BUDGET_EXCEEDED),
+            Cut::Failed(_) => None,
+        }
+    }
+}
+
+/// The one guarded evaluation of a definition's expression: refused while the definition
+/// is quarantined, run under `deadline` (`run` is given it) and the evaluation budget, a
+/// budget overrun recorded against the definition's circuit breaker. Every evaluation of a
+/// definition on objects goes through here (the resolver, Karmada's interpreter).
+pub fn guarded(
+    def: &crate::definition::Definition,
+    deadline: Option<std::time::Instant>,
+    run: impl FnOnce(Option<std::time::Instant>) -> Result<Vec<Val>, EvalError>,
+) -> Result<Vec<Val>, Cut> {
+    if let Some(q) = def.breaker().quarantined() {
+        return Err(Cut::Quarantined(q.reason.to_string()));
+    }
+    match run(deadline) {
+        Ok(out) => Ok(out),
+        Err(EvalError::Deadline) => Err(Cut::Deadline),
+        Err(EvalError::Budget(what)) => {
+            def.breaker().record(what);
+            Err(Cut::Budget(what))
+        }
+        Err(e) => Err(Cut::Failed(e)),
+    }
+}
+
+/// [`guarded`] evaluation of `expr` on `input` with `vars`.
+pub fn evaluate(
+    def: &crate::definition::Definition,
+    expr: &crate::expr::Expr,
+    input: &Val,
+    vars: &[Val],
+    deadline: Option<std::time::Instant>,
+) -> Result<Vec<Val>, Cut> {
+    guarded(def, deadline, |deadline| {
+        expr.eval_with(input, vars, deadline)
+    })
+}
+
 impl Resolver<'_> {
     /// Evaluates `expr` on `input`; the first deadline miss is reported here.
     pub(super) fn try_eval(
@@ -51,9 +112,11 @@ impl Resolver<'_> {
         vars: &[Val],
         component: &str,
     ) -> Result<Vec<Val>, Failure> {
-        self.guarded(expr, component, |deadline| {
-            expr.expr.eval_with(input, vars, deadline)
-        })
+        if self.expired {
+            return Err(Failure::Expired);
+        }
+        let out = evaluate(self.def, &expr.expr, input, vars, self.deadline);
+        self.report(expr, component, out)
     }
 
     /// Evaluates `expr` on pod `i`. A fast-path expression on a pod not unpacked yet reads
@@ -70,41 +133,40 @@ impl Resolver<'_> {
         if self.values[i].is_none()
             && let Some(out) = expr.expr.eval_packed(&pod.packed)
         {
-            return self.guarded(expr, component, |_| out);
+            if self.expired {
+                return Err(Failure::Expired);
+            }
+            let out = guarded(self.def, self.deadline, |_| out);
+            return self.report(expr, component, out);
         }
         let value = self.pod_value(i);
         self.try_eval(expr, &value, &[], component)
     }
 
-    /// Runs an evaluation of `expr` (`run` is given the deadline) unless the deadline has
-    /// passed or the definition is quarantined; turns its errors into [`Failure`]s,
-    /// reporting a deadline miss and a budget overrun.
-    fn guarded(
+    /// Turns what cut a [`guarded`] evaluation of `expr` short into diagnostics.
+    fn report(
         &mut self,
         expr: &Compiled,
         component: &str,
-        run: impl FnOnce(Option<std::time::Instant>) -> Result<Vec<Val>, EvalError>,
+        outcome: Result<Vec<Val>, Cut>,
     ) -> Result<Vec<Val>, Failure> {
-        if self.expired {
-            return Err(Failure::Expired);
-        }
-        if let Some(q) = self.def.breaker().quarantined() {
-            self.expired = true;
-            self.diags.push(
-                ERROR,
-                code::QUARANTINED,
-                format!(
-                    "definition `{}` is quarantined: {}; its expressions are not evaluated and the graph is partial",
-                    self.def.name, q.reason
-                ),
-                "",
-                "",
-            );
-            return Err(Failure::Expired);
-        }
-        match run(self.deadline) {
+        match outcome {
             Ok(out) => Ok(out),
-            Err(EvalError::Deadline) => {
+            Err(Cut::Quarantined(reason)) => {
+                self.expired = true;
+                self.diags.push(
+                    ERROR,
+                    code::QUARANTINED,
+                    format!(
+                        "definition `{}` is quarantined: {reason}; its expressions are not evaluated and the graph is partial",
+                        self.def.name
+                    ),
+                    "",
+                    "",
+                );
+                Err(Failure::Expired)
+            }
+            Err(Cut::Deadline) => {
                 self.expired = true;
                 self.diags.push(
                     ERROR,
@@ -115,8 +177,7 @@ impl Resolver<'_> {
                 );
                 Err(Failure::Expired)
             }
-            Err(EvalError::Budget(what)) => {
-                self.def.breaker().record(what);
+            Err(Cut::Budget(what)) => {
                 self.diags.push(
                     ERROR,
                     code::BUDGET_EXCEEDED,
@@ -129,7 +190,7 @@ impl Resolver<'_> {
                 );
                 Err(Failure::Budget)
             }
-            Err(e) => Err(Failure::Error(format!("{} failed: {e}", expr.path))),
+            Err(Cut::Failed(e)) => Err(Failure::Error(format!("{} failed: {e}", expr.path))),
         }
     }
 

@@ -155,6 +155,21 @@ impl Resolver<'_> {
                         Some(n) if n.fract() == 0.0 && n.abs() <= f64::from(i32::MAX) => {
                             Some(n as i32)
                         }
+                        Some(n) if n.fract() == 0.0 => {
+                            self.diags.push(
+                                WARNING,
+                                code::QUANTITY_OUT_OF_RANGE,
+                                format!(
+                                    "{} yielded {}, a count beyond int32 (at most {}); not used",
+                                    expr.path,
+                                    to_text_bounded(&v, VALUE_BYTES),
+                                    i32::MAX
+                                ),
+                                component,
+                                expr.source(),
+                            );
+                            None
+                        }
                         _ => {
                             self.diags.push(
                                 WARNING,

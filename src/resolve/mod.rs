@@ -8,7 +8,7 @@
 //! workload totals and unattributed pods.
 
 pub mod diagnostics;
-mod evaluate;
+pub mod evaluate;
 mod extract;
 mod gang;
 mod status;
@@ -121,12 +121,9 @@ impl Prepared {
     /// Whether an evaluation was cut short (deadline, budget, quarantine): such answers
     /// are not to be remembered, since the next try may complete.
     pub fn is_partial(&self) -> bool {
-        self.diagnostics.iter().any(|d| {
-            matches!(
-                d.code.as_str(),
-                code::DEADLINE | code::BUDGET_EXCEEDED | code::QUARANTINED
-            )
-        })
+        self.diagnostics
+            .iter()
+            .any(|d| diagnostics::evaluation_cut_short(&d.code))
     }
 }
 

@@ -8,7 +8,8 @@
 //! a1b2…ff            admin       *
 //! ```
 //!
-//! Scopes name what a token may use: `resolver` (`kartograf.v1.WorkloadResolver`),
+//! Scopes name what a token may use: `resolver` (`kartograf.v1.WorkloadResolver`, but for
+//! `Patch`), `patch` (`WorkloadResolver.Patch`: computing changes is more than reading),
 //! `definitions` (`kartograf.v1.Definitions`), `metrics` (the admin port's `/metrics`, when
 //! the server runs with `--metrics-auth`) or `*` (everything). Every line must name its
 //! scopes: a line `TOKEN NAME` is an error, so a file cut short while it is written never
@@ -34,6 +35,9 @@ use tonic::Status;
 /// `Watch` streams do.
 pub const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
 
+/// The one method the `patch` scope opens (and `resolver` does not).
+pub const PATCH: &str = "/kartograf.v1.WorkloadResolver/Patch";
+
 type Digest = [u8; 32];
 
 /// Largest token file read (a larger one is rejected and the last good set stays).
@@ -51,6 +55,7 @@ pub struct Grant {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scope {
     Resolver,
+    Patch,
     Definitions,
     Metrics,
 }
@@ -59,7 +64,7 @@ impl Scope {
     /// The gRPC service the scope opens, if any.
     fn service(self) -> Option<&'static str> {
         match self {
-            Scope::Resolver => Some("kartograf.v1.WorkloadResolver"),
+            Scope::Resolver | Scope::Patch => Some("kartograf.v1.WorkloadResolver"),
             Scope::Definitions => Some("kartograf.v1.Definitions"),
             Scope::Metrics => None,
         }
@@ -68,6 +73,7 @@ impl Scope {
     fn name(self) -> &'static str {
         match self {
             Scope::Resolver => "resolver",
+            Scope::Patch => "patch",
             Scope::Definitions => "definitions",
             Scope::Metrics => "metrics",
         }
@@ -157,7 +163,7 @@ pub enum TokenFileProblem {
     },
     /// A scope that does not exist.
     #[error(
-        "line {line} ({name}): unknown scope {:?}; use resolver, definitions, metrics or *",
+        "line {line} ({name}): unknown scope {:?}; use resolver, patch, definitions, metrics or *",
         crate::excerpt::echo(.scope)
     )]
     UnknownScope {
@@ -170,7 +176,7 @@ pub enum TokenFileProblem {
     },
     /// A token without scopes.
     #[error(
-        "line {line} ({name}): no scopes; name them (resolver, definitions, metrics, or * for all)"
+        "line {line} ({name}): no scopes; name them (resolver, patch, definitions, metrics, or * for all)"
     )]
     NoScopes {
         /// The line number (from 1).
@@ -218,6 +224,7 @@ fn parse(text: &str) -> Result<TokenSet, TokenFileProblem> {
             match s {
                 "*" => scopes.clear(),
                 "resolver" => scopes.push(Scope::Resolver),
+                "patch" => scopes.push(Scope::Patch),
                 "definitions" => scopes.push(Scope::Definitions),
                 "metrics" => scopes.push(Scope::Metrics),
                 other => {
@@ -383,14 +390,26 @@ impl Tokens {
             return Ok(());
         }
         let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
-        let grpc_scopes = [Scope::Resolver, Scope::Definitions];
+        let grpc_scopes = [Scope::Resolver, Scope::Patch, Scope::Definitions];
         if !grpc_scopes.iter().any(|s| grant.allows(*s)) {
             return Err(Status::permission_denied(format!(
-                "token {:?} may not call the gRPC API (its scopes: {}); add resolver or definitions in the token file",
+                "token {:?} may not call the gRPC API (its scopes: {}); add resolver, patch or definitions in the token file",
                 grant.name,
                 grant.scope_names()
             )));
         }
+        if path == PATCH {
+            return if grant.allows(Scope::Patch) {
+                Ok(())
+            } else {
+                Err(Status::permission_denied(format!(
+                    "token {:?} may not call {PATCH} (its scopes: {}); reading is not enough: add the scope \"patch\" in the token file",
+                    grant.name,
+                    grant.scope_names()
+                )))
+            };
+        }
+        let grpc_scopes = [Scope::Resolver, Scope::Definitions];
         match grpc_scopes.iter().find(|s| s.service() == Some(service)) {
             Some(needed) if !grant.allows(*needed) => Err(Status::permission_denied(format!(
                 "token {:?} may not call {service} (its scopes: {}); add the scope {:?} in the token file",
@@ -490,6 +509,30 @@ mod tests {
             tonic::Code::Unauthenticated
         );
         assert!(t.authorize("/grpc.health.v1.Health/Check", None).is_ok());
+    }
+
+    #[test]
+    fn patch_needs_its_own_scope_and_opens_nothing_else() {
+        let t = tokens(
+            "rrrrrrrrrrrrrrrr reader resolver\npppppppppppppppp planner patch\naaaaaaaaaaaaaaaa admin *\n",
+        );
+        let reader = t
+            .authorize(PATCH, Some(b"Bearer rrrrrrrrrrrrrrrr"))
+            .unwrap_err();
+        assert_eq!(reader.code(), tonic::Code::PermissionDenied);
+        assert!(
+            reader.message().contains("\"patch\""),
+            "{}",
+            reader.message()
+        );
+        assert!(t.authorize(PATCH, Some(b"Bearer pppppppppppppppp")).is_ok());
+        assert_eq!(
+            t.authorize(RESOLVE, Some(b"Bearer pppppppppppppppp"))
+                .unwrap_err()
+                .code(),
+            tonic::Code::PermissionDenied
+        );
+        assert!(t.authorize(PATCH, Some(b"Bearer aaaaaaaaaaaaaaaa")).is_ok());
     }
 
     #[test]
@@ -645,7 +688,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             format!(
-                "token file {}: line 2 (ops): unknown scope \"fly\"; use resolver, definitions, metrics or *",
+                "token file {}: line 2 (ops): unknown scope \"fly\"; use resolver, patch, definitions, metrics or *",
                 path.display()
             )
         );

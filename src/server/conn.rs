@@ -11,16 +11,22 @@
 //!   for flow-control credit for twice the Watch stall timeout closes its connection (the
 //!   transport no longer polls a stream whose client does not read, so nothing else reaches
 //!   it; one that reads again after the stall timeout ends with RESOURCE_EXHAUSTED instead).
-//! - Admin port: closed when no byte moved either way for the idle timeout (the request
-//!   header read timeout is hyper's).
+//! - HTTP/1 ports (admin, webhook, probes; see [`super::http`]): closed when no byte moved
+//!   either way for the idle timeout (the request head timeout is hyper's). Besides the total
+//!   cap, one peer (IP address) may keep at most a per-peer cap of connections; at either
+//!   cap a new connection **evicts** the one that has waited longest without completing a
+//!   request head (none in progress), so a probe or a legitimate client always gets in while
+//!   slow heads hold the port. Only when every connection in the way is serving a request is
+//!   the new one closed at once.
 
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -99,6 +105,13 @@ pub struct Conn {
     idle_since: AtomicU64,
     /// The Watch streams on this connection (dead ones are pruned as it grows).
     watches: Mutex<Vec<Weak<Stall>>>,
+    /// Set when a newer connection took its place (see [`Gate::http`]).
+    evicted: AtomicBool,
+    /// Set once the server read from it: until then it may hold a whole request head not
+    /// read yet, so it is not evicted.
+    polled: AtomicBool,
+    /// The task reading the connection, woken on eviction.
+    reader: Mutex<Option<Waker>>,
 }
 
 impl Conn {
@@ -108,6 +121,24 @@ impl Conn {
             open: AtomicUsize::new(0),
             idle_since: AtomicU64::new(now_ms()),
             watches: Mutex::new(Vec::new()),
+            evicted: AtomicBool::new(false),
+            polled: AtomicBool::new(false),
+            reader: Mutex::new(None),
+        }
+    }
+
+    /// Since when it waits for a request head (`None`: a request is in progress, or the
+    /// server has not read from it yet).
+    fn waiting_since(&self) -> Option<u64> {
+        (self.open.load(Ordering::Relaxed) == 0 && self.polled.load(Ordering::Relaxed))
+            .then(|| self.idle_since.load(Ordering::Relaxed))
+    }
+
+    /// Ends the connection: its next read or write fails.
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::Relaxed);
+        if let Some(w) = self.reader.lock().take() {
+            w.wake();
         }
     }
 
@@ -170,37 +201,123 @@ pub struct ConnInfo {
 /// Admits connections up to a limit.
 #[derive(Debug, Clone)]
 pub struct Gate {
-    permits: Arc<Semaphore>,
+    slots: Slots,
     limits: Limits,
     rule: Rule,
+}
+
+/// How a gate counts its connections.
+#[derive(Debug, Clone)]
+enum Slots {
+    /// Up to a fixed number; more are closed at once.
+    Fixed(Arc<Semaphore>),
+    /// Up to a total and a per-peer cap, evicting the longest waiting for a head.
+    Evicting(Arc<Registry>),
+}
+
+/// The connections of an evicting gate.
+#[derive(Debug)]
+struct Registry {
+    per_peer: usize,
+    open: Mutex<Open>,
+}
+
+#[derive(Debug, Default)]
+struct Open {
+    next: u64,
+    conns: HashMap<u64, (Option<IpAddr>, Weak<Conn>)>,
+    per_peer: HashMap<IpAddr, usize>,
+}
+
+impl Open {
+    fn remove(&mut self, id: u64) {
+        if let Some((Some(ip), _)) = self.conns.remove(&id)
+            && let Some(n) = self.per_peer.get_mut(&ip)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_peer.remove(&ip);
+            }
+        }
+    }
+
+    /// The connection (of `peer`, when given) that has waited longest for a request head.
+    fn longest_waiting(&self, peer: Option<IpAddr>) -> Option<(u64, Arc<Conn>)> {
+        self.conns
+            .iter()
+            .filter(|(_, (ip, _))| peer.is_none() || *ip == peer)
+            .filter_map(|(id, (_, c))| {
+                let c = c.upgrade()?;
+                let since = c.waiting_since()?;
+                Some((since, *id, c))
+            })
+            .min_by_key(|(since, id, _)| (*since, *id))
+            .map(|(_, id, c)| (id, c))
+    }
+}
+
+/// A connection's place in an evicting gate, given back when it closes.
+#[derive(Debug)]
+struct Slot {
+    registry: Arc<Registry>,
+    id: u64,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.registry.open.lock().remove(self.id);
+    }
+}
+
+/// What holds a connection's place.
+#[derive(Debug)]
+enum Place {
+    Permit(#[allow(dead_code)] OwnedSemaphorePermit),
+    Slot(#[allow(dead_code)] Slot),
 }
 
 impl Gate {
     /// The gate of the gRPC port.
     pub fn grpc(limits: Limits) -> Gate {
-        Gate::new(limits, Rule::Streams)
-    }
-
-    /// The gate of the admin port.
-    pub fn admin(limits: Limits) -> Gate {
-        Gate::new(limits, Rule::Activity)
-    }
-
-    fn new(limits: Limits, rule: Rule) -> Gate {
         Gate {
-            permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            slots: Slots::Fixed(Arc::new(Semaphore::new(limits.max_connections.max(1)))),
             limits,
-            rule,
+            rule: Rule::Streams,
         }
+    }
+
+    /// The gate of an HTTP/1 port: at most `limits.max_connections` connections and
+    /// `per_peer` from one IP address; at either cap a new connection evicts the one that
+    /// has waited longest for a request head.
+    pub fn http(limits: Limits, per_peer: usize) -> Gate {
+        Gate {
+            slots: Slots::Evicting(Arc::new(Registry {
+                per_peer: per_peer.max(1),
+                open: Mutex::new(Open::default()),
+            })),
+            limits,
+            rule: Rule::Activity,
+        }
+    }
+
+    /// The gate of the admin port (see [`Gate::http`]; no per-peer cap).
+    pub fn admin(limits: Limits) -> Gate {
+        Gate::http(limits, usize::MAX)
     }
 
     /// `io` guarded, or `None` (drop it: that closes it) when the limit is reached.
     pub fn admit<IO>(&self, io: IO, remote: Option<SocketAddr>) -> Option<Guarded<IO>> {
-        let permit = self.permits.clone().try_acquire_owned().ok()?;
+        let conn = Arc::new(Conn::new(self.limits));
+        let place = match &self.slots {
+            Slots::Fixed(permits) => Place::Permit(permits.clone().try_acquire_owned().ok()?),
+            Slots::Evicting(registry) => {
+                Place::Slot(self.take_slot(registry, remote.map(|r| r.ip()), &conn)?)
+            }
+        };
         let now = now_ms();
         Some(Guarded {
             io,
-            conn: Arc::new(Conn::new(self.limits)),
+            conn,
             rule: self.rule,
             remote,
             started: now,
@@ -209,9 +326,65 @@ impl Gate {
             scanned: now,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             armed: None,
-            _permit: permit,
+            _place: place,
         })
     }
+
+    /// A place for `conn` from `peer`, evicting whom the caps require; `None` when a cap is
+    /// reached and every connection in the way is serving a request.
+    fn take_slot(
+        &self,
+        registry: &Arc<Registry>,
+        peer: Option<IpAddr>,
+        conn: &Arc<Conn>,
+    ) -> Option<Slot> {
+        let mut open = registry.open.lock();
+        let of_peer = peer
+            .and_then(|ip| open.per_peer.get(&ip).copied())
+            .unwrap_or(0);
+        let victim = if peer.is_some() && of_peer >= registry.per_peer {
+            Some(open.longest_waiting(peer)?)
+        } else if open.conns.len() >= self.limits.max_connections.max(1) {
+            Some(open.longest_waiting(None)?)
+        } else {
+            None
+        };
+        if let Some((id, victim)) = victim {
+            open.remove(id);
+            victim.evict();
+            evicted(self.rule);
+        }
+        let id = open.next;
+        open.next += 1;
+        open.conns.insert(id, (peer, Arc::downgrade(conn)));
+        if let Some(ip) = peer {
+            *open.per_peer.entry(ip).or_default() += 1;
+        }
+        Some(Slot {
+            registry: registry.clone(),
+            id,
+        })
+    }
+}
+
+/// Logs an eviction (at most once every 10 s).
+fn evicted(_rule: Rule) {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    if once_per(&LAST, 10_000) {
+        tracing::warn!(
+            "connection cap reached: the connection waiting longest for a request head was closed for a new one"
+        );
+    }
+}
+
+/// True at most once per `every_ms` for `last`.
+fn once_per(last: &AtomicU64, every_ms: u64) -> bool {
+    let now = now_ms();
+    let seen = last.load(Ordering::Relaxed);
+    (seen == 0 || now.saturating_sub(seen) >= every_ms)
+        && last
+            .compare_exchange(seen, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
 }
 
 /// The connections accepted on `listener` that `gate` admits (TCP_NODELAY set): the others
@@ -246,13 +419,7 @@ pub fn incoming(
 /// Logs a connection refused at the limit (at most once every 10 s).
 fn refused(port: &'static str, limit: usize) {
     static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = now_ms();
-    let last = LAST.load(Ordering::Relaxed);
-    if (last == 0 || now.saturating_sub(last) >= 10_000)
-        && LAST
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
+    if once_per(&LAST, 10_000) {
         tracing::warn!(
             port,
             limit,
@@ -278,7 +445,7 @@ pub struct Guarded<IO> {
     timer: Pin<Box<tokio::time::Sleep>>,
     /// The timer's deadline when it is set.
     armed: Option<u64>,
-    _permit: OwnedSemaphorePermit,
+    _place: Place,
 }
 
 impl<IO> Guarded<IO> {
@@ -334,6 +501,12 @@ impl<IO> Guarded<IO> {
 
     /// Fails once a bound passed; otherwise arms the timer (waking this task) for the next.
     fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if self.conn.evicted.load(Ordering::Relaxed) {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "evicted for a new connection at the connection cap",
+            ));
+        }
         loop {
             let now = now_ms();
             let next = self.deadline(now).map_err(|why| {
@@ -369,8 +542,18 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         this.check(cx)?;
+        if matches!(this._place, Place::Slot(_)) {
+            let mut reader = this.conn.reader.lock();
+            if !reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *reader = Some(cx.waker().clone());
+            }
+        }
         let before = buf.filled().len();
         let result = Pin::new(&mut this.io).poll_read(cx, buf);
+        if result.is_pending() {
+            // The server waits for the client: from now on it may be evicted.
+            this.conn.polled.store(true, Ordering::Relaxed);
+        }
         if let Poll::Ready(Ok(())) = result {
             let n = buf.filled().len().saturating_sub(before);
             this.read = this.read.saturating_add(n as u64).min(GREETING);
@@ -552,5 +735,54 @@ mod tests {
             assert_eq!(conn.read(&mut buf).await.unwrap(), 1);
         }
         read_fails_within(&mut conn, Duration::from_secs(2)).await;
+    }
+
+    fn peer(last: u8) -> Option<SocketAddr> {
+        Some(SocketAddr::from(([127, 0, 0, last], 4000)))
+    }
+
+    #[tokio::test]
+    async fn at_a_cap_a_new_connection_evicts_the_one_waiting_longest_for_a_head() {
+        let gate = Gate::http(
+            Limits {
+                max_connections: 3,
+                ..limits()
+            },
+            2,
+        );
+        let admit = |p| {
+            let (server, client) = tokio::io::duplex(64);
+            gate.admit(server, p).map(|g| (g, client))
+        };
+        // A connection becomes evictable once the server waited for it to send.
+        async fn touch(g: &mut Guarded<tokio::io::DuplexStream>) {
+            let mut buf = [0u8; 8];
+            let _ = tokio::time::timeout(Duration::from_millis(1), g.read(&mut buf)).await;
+        }
+        let (mut oldest, _c1) = admit(peer(1)).expect("first");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let (mut busy, _c2) = admit(peer(1)).expect("second");
+        // Not read yet: never evicted (its head may be waiting in the socket).
+        assert!(admit(peer(1)).is_none(), "nothing evictable yet");
+        touch(&mut oldest).await;
+        touch(&mut busy).await;
+        let _request = busy.conn().request();
+        // Peer 1 at its cap: its third connection evicts the one waiting for a head, not
+        // the one serving a request.
+        let (mut third, _c3) = admit(peer(1)).expect("third evicts");
+        touch(&mut third).await;
+        read_fails_within(&mut oldest, Duration::from_millis(100)).await;
+        assert!(!busy.conn().evicted.load(Ordering::Relaxed));
+        // Total cap (3): peer 2 fills it; then peer 3 evicts the longest waiting of all.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let (mut other, _c4) = admit(peer(2)).expect("another peer gets in");
+        touch(&mut other).await;
+        let (again, _c5) = admit(peer(3)).expect("evicts at the total cap");
+        assert!(third.conn().evicted.load(Ordering::Relaxed));
+        assert!(!other.conn().evicted.load(Ordering::Relaxed));
+        // Every connection in the way serving a request: refused.
+        let _r1 = other.conn().request();
+        let _r2 = again.conn().request();
+        assert!(admit(peer(4)).is_none(), "all busy: closed at once");
     }
 }

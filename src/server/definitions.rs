@@ -2,7 +2,7 @@
 
 use super::Shared;
 use super::validate;
-use crate::definition::{DefinitionError, catalog, load};
+use crate::definition::{DefinitionError, LoadOptions, catalog, load};
 use crate::excerpt::{TEXT_BYTES, echo, excerpt};
 use crate::proto::v1 as pb;
 use tonic::{Request, Response, Status};
@@ -175,12 +175,14 @@ impl pb::definitions_server::Definitions for DefinitionsService {
         request: Request<pb::ValidateDefinitionRequest>,
     ) -> Result<Response<pb::ValidateDefinitionResponse>, Status> {
         let req = request.into_inner();
+        // Compiled as the catalog in effect was (`--phase-precedence`).
+        let options = self.shared.store.catalog().options();
         // Compiling the candidate and evaluating it on the sample runs on the evaluation
         // threads, under the same budgets as every evaluation.
         let response = self
             .shared
             .evaluations
-            .run(move || validate_request(req))
+            .run(move || validate_request(req, options))
             .await
             .and_then(|r| r)
             .map_err(validate::bounded)?;
@@ -188,9 +190,11 @@ impl pb::definitions_server::Definitions for DefinitionsService {
     }
 }
 
-/// Validates a candidate definition and previews it on the sample, if one is given.
+/// Validates a candidate definition (compiled with `options`) and previews it on the
+/// sample, if one is given.
 fn validate_request(
     req: pb::ValidateDefinitionRequest,
+    options: LoadOptions,
 ) -> Result<pb::ValidateDefinitionResponse, Status> {
     // The sample is checked whether or not the definition is valid: a malformed sample is
     // the request's fault either way.
@@ -207,7 +211,7 @@ fn validate_request(
             "holds no definition",
         ));
     }
-    let (defs, compile_errors) = catalog::compile_all(parsed, "validate");
+    let (defs, compile_errors) = catalog::compile_all(parsed, "validate", options);
     errors.extend(compile_errors);
     let mut preview = None;
     if let (true, Some((root, pods))) = (errors.is_empty(), sample) {

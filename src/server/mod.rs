@@ -7,12 +7,15 @@ pub mod auth;
 pub mod conn;
 mod definitions;
 pub mod evaluations;
+pub mod http;
 mod observe;
 mod open;
 mod paging;
+pub mod patch;
 mod resolver;
 mod routes;
 mod store;
+pub mod tls_reload;
 pub mod validate;
 mod watch;
 mod watch_body;
@@ -24,6 +27,7 @@ pub use definitions::{DefinitionsService, LoadReport};
 pub use resolver::ResolverService;
 pub use routes::ResolverRoutes;
 pub use store::Store;
+pub use watch::{DEFAULT_MAX_WATCH_STREAMS, WatchLimit};
 pub use wire::{Frame, ResolveFrame, WatchFrame};
 
 use crate::metrics::Metrics;
@@ -47,6 +51,11 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Threads that evaluate callers' data (inline Resolve, ValidateDefinition previews).
     pub evaluations: Arc<evaluations::Evaluations>,
+    /// `Host` names the web view answers besides IP literals and `localhost` when no bearer
+    /// tokens guard it (`serve --ui-allowed-hosts`).
+    pub ui_hosts: Arc<[String]>,
+    /// The cap on `Watch` streams open at once (`serve --max-watch-streams`).
+    pub watch_limit: Arc<WatchLimit>,
 }
 
 impl Shared {
@@ -64,7 +73,21 @@ impl Shared {
             shutdown,
             metrics,
             evaluations: evaluations::Evaluations::for_machine(),
+            ui_hosts: Arc::from(Vec::new()),
+            watch_limit: WatchLimit::new(DEFAULT_MAX_WATCH_STREAMS),
         }
+    }
+
+    /// Keeps at most `max` `Watch` streams open at once.
+    pub fn with_max_watch_streams(mut self, max: usize) -> Shared {
+        self.watch_limit = WatchLimit::new(max);
+        self
+    }
+
+    /// Lets the web view answer these `Host` names too (see [`Shared::ui_hosts`]).
+    pub fn with_ui_hosts(mut self, hosts: Vec<String>) -> Shared {
+        self.ui_hosts = hosts.into();
+        self
     }
 
     /// Uses `evaluations` for callers' data instead of one thread per core.

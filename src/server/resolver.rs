@@ -22,7 +22,7 @@ const MAX_PAGE: usize = 1000;
 
 /// The `WorkloadResolver` service.
 pub struct ResolverService {
-    shared: Shared,
+    pub(super) shared: Shared,
 }
 
 impl ResolverService {
@@ -31,7 +31,7 @@ impl ResolverService {
         ResolverService { shared }
     }
 
-    fn ready(&self) -> Result<(), Status> {
+    pub(super) fn ready(&self) -> Result<(), Status> {
         if self.shared.store.synced() {
             Ok(())
         } else {
@@ -189,12 +189,7 @@ impl ResolverService {
                 req.cluster.clone(),
             )?;
             self.ready()?;
-            Ok(super::watch::start(
-                self.shared.clone(),
-                filter,
-                req.since_revision,
-                req.view,
-            ))
+            super::watch::start(self.shared.clone(), filter, req.since_revision, req.view)
         };
         start().map_err(validate::bounded)
     }
@@ -321,6 +316,16 @@ impl pb::workload_resolver_server::WorkloadResolver for ResolverService {
         let frames = self.watch_frames(request.into_inner())?;
         let events = futures::StreamExt::map(frames, |f| f.and_then(|f| f.to_message()));
         Ok(Response::new(Box::pin(events)))
+    }
+
+    async fn patch(
+        &self,
+        request: Request<pb::PatchRequest>,
+    ) -> Result<Response<pb::PatchResponse>, Status> {
+        self.patch_checked(request.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(validate::bounded)
     }
 
     async fn totals(

@@ -39,6 +39,12 @@ pub trait Store: Observed + Send + Sync + 'static {
     async fn inline(&self, _request: &pb::ResolveRequest) -> Option<Result<ResolveFrame, Status>> {
         None
     }
+
+    /// A cached root object by uid, as JSON, for `Patch`; `None` when this store keeps no
+    /// objects (an aggregator keeps only graphs).
+    fn root_object(&self, _uid: &str) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// NOT_FOUND for a cluster other than the index's own (`None` when it is that one, or any).
@@ -60,6 +66,10 @@ fn other_cluster(index: &Index, cluster: &str) -> Option<Status> {
 impl Store for Index {
     fn pending(&self) -> Vec<String> {
         self.pending_sources()
+    }
+
+    fn root_object(&self, uid: &str) -> Option<serde_json::Value> {
+        self.object_json(uid)
     }
 
     fn workload(&self, r: &pb::ObjectRef, cluster: &str) -> Result<Arc<Published>, Status> {

@@ -19,6 +19,7 @@ use futures::Stream;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use tokio_stream::wrappers::WatchStream as Signal;
 use tonic::Status;
@@ -29,9 +30,73 @@ pub type FrameStream = Pin<Box<dyn Stream<Item = Result<WatchFrame, Status>> + S
 /// The stream type of `Watch` as the generated trait declares it (decoded messages).
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
 
-/// Starts a subscriber.
-pub fn start(shared: Shared, filter: Filter, since: u64, view_kind: i32) -> FrameStream {
-    Box::pin(Subscriber {
+/// Default of [`WatchLimit`]'s cap (`serve --max-watch-streams`).
+pub const DEFAULT_MAX_WATCH_STREAMS: usize = 10_000;
+
+/// The cap on `Watch` streams open at once across the server: one more is refused with
+/// `RESOURCE_EXHAUSTED`, so that streams cannot grow memory without bound.
+#[derive(Debug)]
+pub struct WatchLimit {
+    max: usize,
+    open: AtomicUsize,
+}
+
+impl WatchLimit {
+    /// At most `max` streams at once.
+    pub fn new(max: usize) -> Arc<WatchLimit> {
+        Arc::new(WatchLimit {
+            max,
+            open: AtomicUsize::new(0),
+        })
+    }
+
+    /// The cap.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Streams open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// A slot for one more stream, held until it is dropped; refused at the cap.
+    fn acquire(self: &Arc<Self>) -> Result<WatchSlot, Status> {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .map(|_| WatchSlot(self.clone()))
+            .map_err(|_| {
+                Status::resource_exhausted(format!(
+                    "{} Watch streams are open, the most this server keeps (--max-watch-streams); retry later",
+                    self.max
+                ))
+            })
+    }
+}
+
+/// One open stream's place under the [`WatchLimit`].
+#[derive(Debug)]
+struct WatchSlot(Arc<WatchLimit>);
+
+impl Drop for WatchSlot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Starts a subscriber; refused with `RESOURCE_EXHAUSTED` when the server's
+/// [`WatchLimit`] is reached.
+pub fn start(
+    shared: Shared,
+    filter: Filter,
+    since: u64,
+    view_kind: i32,
+) -> Result<FrameStream, Status> {
+    let slot = shared.watch_limit.acquire()?;
+    Ok(Box::pin(Subscriber {
+        _slot: slot,
         _subscription: shared.metrics.watch_subscribed(),
         // Yields at once, so the first poll reads the changes since `since`.
         revisions: Signal::new(shared.store.board().subscribe()),
@@ -43,7 +108,7 @@ pub fn start(shared: Shared, filter: Filter, since: u64, view_kind: i32) -> Fram
         shared,
         filter,
         view_kind,
-    })
+    }))
 }
 
 /// What a subscriber has read from the index and not yet handed out: frames, or the rest of
@@ -71,6 +136,7 @@ struct Subscriber {
     shutdown: Signal<bool>,
     done: bool,
     _subscription: WatchSubscription,
+    _slot: WatchSlot,
 }
 
 impl Subscriber {

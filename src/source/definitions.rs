@@ -13,7 +13,7 @@
 use super::files::{self, Tracker};
 use crate::definition::catalog;
 pub use crate::definition::layers::Layers;
-use crate::definition::{Definition, DefinitionError, LoadReport, load};
+use crate::definition::{Definition, DefinitionError, LoadOptions, LoadReport, load};
 use crate::index::Index;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -99,6 +99,7 @@ impl Changed for bool {
 pub struct Reloader {
     dir: PathBuf,
     origin: String,
+    options: LoadOptions,
     tracker: Tracker<Vec<Arc<Definition>>>,
     errors: BTreeMap<PathBuf, Vec<DefinitionError>>,
     missing: bool,
@@ -107,11 +108,12 @@ pub struct Reloader {
 }
 
 impl Reloader {
-    /// A reloader for `dir` (nothing read yet).
-    pub fn new(dir: &Path) -> Reloader {
+    /// A reloader for `dir` that compiles with `options` (nothing read yet).
+    pub fn new(dir: &Path, options: LoadOptions) -> Reloader {
         Reloader {
             dir: dir.to_path_buf(),
             origin: format!("directory:{}", dir.display()),
+            options,
             tracker: Tracker::default(),
             errors: BTreeMap::new(),
             missing: false,
@@ -174,7 +176,7 @@ impl Reloader {
             changed = true;
             let source = c.path.display().to_string();
             let (parsed, parse_errors) = load::parse_text(&text, &source);
-            let (defs, compile_errors) = catalog::compile_all(parsed, &self.origin);
+            let (defs, compile_errors) = catalog::compile_all(parsed, &self.origin, self.options);
             let file_errors: Vec<DefinitionError> =
                 parse_errors.into_iter().chain(compile_errors).collect();
             if file_errors.is_empty() {
@@ -185,9 +187,11 @@ impl Reloader {
                 self.tracker.keep(c, hash, defs);
                 self.errors.remove(&c.path);
             } else {
-                for e in &file_errors {
-                    tracing::warn!(error = %e, "definition rejected; the last good version stays active");
-                }
+                crate::definition::log_refused(
+                    &source,
+                    &file_errors,
+                    "definition rejected; the last good version stays active",
+                );
                 self.tracker.failed(c, hash);
                 self.errors.insert(c.path.clone(), file_errors);
             }
@@ -303,7 +307,9 @@ mod tests {
         std::fs::write(d.join("a.yaml"), karta("first", "Widget")).unwrap();
         std::fs::write(d.join("b.yaml"), karta("second", "Widget")).unwrap();
         std::fs::write(d.join("c.yaml"), karta("other", "Gadget")).unwrap();
-        let (defs, errors) = Reloader::new(&d).reload().expect("first load");
+        let (defs, errors) = Reloader::new(&d, LoadOptions::default())
+            .reload()
+            .expect("first load");
         let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["first", "other"]);
         assert_eq!(errors.len(), 1, "{errors:?}");

@@ -37,6 +37,13 @@ pub struct Candidate {
     stamp: Stamp,
 }
 
+impl Candidate {
+    /// The size the file reported.
+    pub fn size(&self) -> u64 {
+        self.stamp.size()
+    }
+}
+
 /// What reading a candidate found.
 pub enum Read {
     /// The same content as last time (only its metadata changed).

@@ -163,9 +163,10 @@ impl ManifestSet {
             }
         }
         // Candidates are read, parsed and converted on every core, a batch at a time (so a
-        // cold start never holds the whole directory's text and parse trees at once).
+        // cold start never holds the whole directory's text and parse trees at once, and a
+        // batch holds at most `--max-reload-bytes` of files).
         let limits = self.limits;
-        for batch in scan.candidates.chunks(BATCH_FILES) {
+        for batch in crate::folder::batches(&scan.candidates, BATCH_FILES, |c| c.size()) {
             let tracker = &self.tracker;
             let read = crate::folder::read_in_parallel(batch, |c| match tracker.read(c) {
                 files::Read::Unchanged => Outcome::Unchanged,
@@ -559,14 +560,14 @@ pub async fn run_with(index: Arc<Index>, dir: PathBuf, rescan: Duration) {
             // Applied by now (streamed from the scan).
             feed.mark_synced(SOURCE);
             first = false;
-            tracing::info!(dir = %dir.display(), objects = set.objects(), revision = index.revision(), "manifests loaded");
+            tracing::info!(dir = %dir.display(), objects = set.objects(), revision = index.board().revision(), "manifests loaded");
         } else if !update.is_empty() {
             let (upserts, deletes) = (update.upserts.len(), update.deletes.len());
             log_skipped(feed.write_all(update.into_writes(SOURCE)).await);
             tracing::info!(
                 changed = upserts,
                 removed = deletes,
-                revision = index.revision(),
+                revision = index.board().revision(),
                 "manifests reloaded"
             );
         }

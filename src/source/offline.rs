@@ -101,20 +101,28 @@ impl Snapshot {
             if walk.files.is_empty() {
                 return Err(LoadError::NoManifests(path.clone()));
             }
-            // Read, parse and convert on every core; add in file order.
-            let read = crate::folder::read_in_parallel(&walk.files, |(file, _)| {
-                let source = file.display().to_string();
-                let text = crate::folder::read_text(file).map_err(|source| LoadError::Read {
-                    file: file.clone(),
-                    source,
-                })?;
-                let converted =
-                    manifests::convert(&text, limits).map_err(|source| LoadError::Parse {
-                        file: file.clone(),
-                        source,
-                    })?;
-                Ok::<_, LoadError>((source, converted))
-            });
+            // Read, parse and convert on every core, at most `--max-reload-bytes` of files
+            // at once; add in file order.
+            let read = crate::folder::batches(&walk.files, usize::MAX, |(_, stamp)| stamp.size())
+                .into_iter()
+                .flat_map(|batch| {
+                    crate::folder::read_in_parallel(batch, |(file, _)| {
+                        let source = file.display().to_string();
+                        let text =
+                            crate::folder::read_text(file).map_err(|source| LoadError::Read {
+                                file: file.clone(),
+                                source,
+                            })?;
+                        let converted = manifests::convert(&text, limits).map_err(|source| {
+                            LoadError::Parse {
+                                file: file.clone(),
+                                source,
+                            }
+                        })?;
+                        Ok::<_, LoadError>((source, converted))
+                    })
+                })
+                .collect::<Vec<_>>();
             for result in read {
                 let (source, converted) = result?;
                 let file = snapshot.source(&source);

@@ -14,7 +14,7 @@
 //! it (labels in rows); a workload's own graph is sent as resolved (its size is bounded by
 //! the index's limits).
 
-use super::{Body, error, json, query_param};
+use super::{Body, Query, error, json};
 use crate::board::{Filter, Published};
 use crate::excerpt::excerpt;
 use crate::proto::v1 as pb;
@@ -81,24 +81,12 @@ fn http_status(status: &tonic::Status) -> (StatusCode, String) {
     (code, status.message().to_owned())
 }
 
-/// The phase's short name (`Running`), `Unknown` for none.
-pub fn phase_name(w: &pb::Workload) -> &'static str {
-    let phase = w
-        .status
-        .as_ref()
-        .and_then(|s| pb::Phase::try_from(s.phase).ok())
-        .unwrap_or(pb::Phase::Unspecified);
-    match phase {
-        pb::Phase::Unspecified => "Unknown",
-        pb::Phase::Undefined => "Undefined",
-        pb::Phase::Initializing => "Initializing",
-        pb::Phase::Running => "Running",
-        pb::Phase::Degraded => "Degraded",
-        pb::Phase::Completed => "Completed",
-        pb::Phase::Failed => "Failed",
-        pb::Phase::Suspended => "Suspended",
-        pb::Phase::Suspending => "Suspending",
-        pb::Phase::Resuming => "Resuming",
+/// The phase the web view shows: its short name ([`crate::proto::phase_name`]), `Unknown`
+/// for none.
+pub fn shown_phase(w: &pb::Workload) -> &'static str {
+    match crate::proto::phase_name(w.status.as_ref().map_or(0, |s| s.phase)) {
+        "Unspecified" => "Unknown",
+        name => name,
     }
 }
 
@@ -265,7 +253,7 @@ fn sums(shared: &Shared) -> (Sums, u64) {
     let mut gpus = GpuSummary::default();
     let mut not_working: Vec<&Arc<Published>> = Vec::new();
     for w in &all {
-        let phase = phase_name(w);
+        let phase = shown_phase(w);
         *by_status.entry(phase).or_insert(0) += 1;
         let (desired, held) = gpus_of(w);
         gpus.desired += desired;
@@ -429,7 +417,7 @@ fn row(w: &Published) -> Row {
         api_version: cut(&r.api_version),
         name: cut(&r.name),
         uid: cut(&r.uid),
-        status: phase_name(w),
+        status: shown_phase(w),
         raw_phase: cut(w.status.as_ref().map_or("", |s| s.raw_phase.as_str())),
         pods_desired: pods.desired,
         pods_current: pods.current,
@@ -494,7 +482,7 @@ fn sort_key(column: &str) -> Option<fn(&Published, &Published) -> std::cmp::Orde
         "name" => |a, b| (name_of(a).2, name_of(a)).cmp(&(name_of(b).2, name_of(b))),
         "kind" => |a, b| (name_of(a).1, name_of(a)).cmp(&(name_of(b).1, name_of(b))),
         "cluster" => |a, b| (name_of(a).3, name_of(a)).cmp(&(name_of(b).3, name_of(b))),
-        "status" => |a, b| (phase_name(a), name_of(a)).cmp(&(phase_name(b), name_of(b))),
+        "status" => |a, b| (shown_phase(a), name_of(a)).cmp(&(shown_phase(b), name_of(b))),
         "pods" => |a, b| {
             let p = |w: &Published| w.pods.unwrap_or_default();
             (p(a).current, p(a).desired)
@@ -521,7 +509,8 @@ fn bad(message: String) -> (StatusCode, String) {
 }
 
 fn workloads(shared: &Shared, query: Option<&str>) -> Answer {
-    let param = |k: &str| query_param(query, k).unwrap_or_default();
+    let params = Query::parse(query).map_err(bad)?;
+    let param = |k: &str| params.get(k);
     let kinds: Vec<String> = param("kind")
         .split(',')
         .map(str::trim)
@@ -565,7 +554,7 @@ fn workloads(shared: &Shared, query: Option<&str>) -> Answer {
         board.snapshot(&filter)
     };
     if !status.is_empty() {
-        matching.retain(|w| phase_name(w).eq_ignore_ascii_case(&status));
+        matching.retain(|w| shown_phase(w).eq_ignore_ascii_case(&status));
     }
     if !needle.is_empty() {
         matching.retain(|w| {
@@ -625,7 +614,7 @@ fn choices(all: &[Arc<Published>]) -> Choices {
         if clusters.len() < MAX_CHOICES {
             clusters.insert(w.cluster.as_str());
         }
-        statuses.insert(phase_name(w));
+        statuses.insert(shown_phase(w));
     }
     let own = |s: BTreeSet<&str>| {
         s.into_iter()
@@ -665,7 +654,8 @@ struct DefinitionView {
 }
 
 fn workload(shared: &Shared, query: Option<&str>) -> Answer {
-    let param = |k: &str| query_param(query, k).unwrap_or_default();
+    let params = Query::parse(query).map_err(bad)?;
+    let param = |k: &str| params.get(k);
     let reference = pb::ObjectRef {
         uid: param("uid"),
         kind: param("kind"),
@@ -709,7 +699,7 @@ fn workload(shared: &Shared, query: Option<&str>) -> Answer {
     });
     encode(&Detail {
         revision: published.revision,
-        status: phase_name(&published),
+        status: shown_phase(&published),
         workload: graph,
         definition,
     })

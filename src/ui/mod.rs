@@ -49,6 +49,41 @@ pub struct Asked<'a> {
     pub authorization: Option<&'a [u8]>,
     /// The `Last-Event-ID` header (the live feed's resume point).
     pub last_event_id: Option<&'a [u8]>,
+    /// The `Host` header.
+    pub host: Option<&'a [u8]>,
+}
+
+/// Whether the web view answers a request for `host` (the `Host` header) when no tokens
+/// guard it: an IP literal, `localhost`, or one of `allowed` (each with any port). Any
+/// other name could be an attacker's domain rebound to this address (DNS rebinding).
+pub fn host_allowed(host: Option<&[u8]>, allowed: &[String]) -> bool {
+    let Some(host) = host.and_then(|h| std::str::from_utf8(h).ok()) else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`.
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, port))
+                if port.is_empty() || port.strip_prefix(':').is_some_and(valid_port) =>
+            {
+                return v6.parse::<std::net::Ipv6Addr>().is_ok();
+            }
+            _ => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if valid_port(port) => name,
+            Some(_) => return false,
+            None => host,
+        },
+    };
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name.parse::<std::net::Ipv4Addr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+}
+
+fn valid_port(port: &str) -> bool {
+    port.parse::<u16>().is_ok()
 }
 
 /// Answers one `/ui` request.
@@ -57,6 +92,12 @@ pub async fn answer(
     tokens: Option<&Arc<Tokens>>,
     asked: Asked<'_>,
 ) -> Response<Body> {
+    if tokens.is_none() && !host_allowed(asked.host, &shared.ui_hosts) {
+        return secured(error(
+            StatusCode::FORBIDDEN,
+            "the web view answers only Host values that are IP addresses, localhost or listed in --ui-allowed-hosts",
+        ));
+    }
     if asked.method != Method::GET && asked.method != Method::HEAD {
         let mut r = plain(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -193,6 +234,44 @@ pub fn query_param(query: Option<&str>, key: &str) -> Option<String> {
     None
 }
 
+/// A query string's parameters, each percent-decoded (the first of a repeated key counts).
+#[derive(Debug, Default)]
+pub struct Query(Vec<(String, String)>);
+
+impl Query {
+    /// Decodes `a=1&b=2`; an undecodable name or value is refused, naming the parameter.
+    pub fn parse(query: Option<&str>) -> Result<Query, String> {
+        let mut out = Vec::new();
+        for pair in query
+            .unwrap_or_default()
+            .split('&')
+            .filter(|p| !p.is_empty())
+        {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let key = decode(k).ok_or_else(|| {
+                "a query parameter's name is not valid percent-encoded UTF-8".to_owned()
+            })?;
+            let value = decode(v).ok_or_else(|| {
+                format!(
+                    "query parameter {}: its value is not valid percent-encoded UTF-8",
+                    crate::excerpt::excerpt(&key, 64)
+                )
+            })?;
+            out.push((key, value));
+        }
+        Ok(Query(out))
+    }
+
+    /// The value of `key` (empty when absent).
+    pub fn get(&self, key: &str) -> String {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    }
+}
+
 /// Percent-decodes a query component (`+` is a space).
 fn decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
@@ -230,6 +309,54 @@ mod tests {
         assert_eq!(query_param(q, "missing"), None);
         assert_eq!(query_param(None, "a"), None);
         assert_eq!(query_param(Some("%"), "a"), None);
+    }
+
+    #[test]
+    fn only_addresses_localhost_and_listed_hosts_are_answered() {
+        let listed = ["kartograf.example".to_owned()];
+        for ok in [
+            "127.0.0.1",
+            "127.0.0.1:9090",
+            "10.1.2.3:80",
+            "[::1]",
+            "[::1]:9090",
+            "localhost",
+            "LOCALHOST:9090",
+            "localhost.",
+            "kartograf.example:443",
+        ] {
+            assert!(host_allowed(Some(ok.as_bytes()), &listed), "{ok}");
+        }
+        for refused in [
+            "evil.example",
+            "evil.example:9090",
+            "localhost.evil.example",
+            "127.0.0.1.evil.example",
+            "[::1",
+            "[::1]x",
+            "[::1]9090",
+            "127.0.0.1:x",
+            "kartograf.example.evil",
+            "",
+        ] {
+            assert!(
+                !host_allowed(Some(refused.as_bytes()), &listed),
+                "{refused}"
+            );
+        }
+        assert!(!host_allowed(None, &listed));
+        assert!(!host_allowed(Some(b"evil.example"), &[]));
+    }
+
+    #[test]
+    fn undecodable_parameters_are_named() {
+        let e = Query::parse(Some("kind=Job&selector=%%%")).unwrap_err();
+        assert!(e.contains("selector"), "{e}");
+        assert!(Query::parse(Some("%zz=1")).is_err());
+        let q = Query::parse(Some("a=1&a=2&b=x%20y")).unwrap();
+        assert_eq!(q.get("a"), "1");
+        assert_eq!(q.get("b"), "x y");
+        assert_eq!(q.get("c"), "");
     }
 
     #[test]

@@ -7,22 +7,27 @@
 //!   ([`admission`], AdmissionReview v1).
 //! - anything else: 404 (a known path with another method: 405).
 //!
-//! Bodies above `--webhook-max-body-bytes` are refused with 413 before they are read
-//! whole; headers must arrive within [`HEADER_TIMEOUT`] and a body within the request
-//! timeout; at most `--concurrency-limit` connections are open at once (more are closed at
-//! once). Answers are computed on the evaluation threads, never on the async workers, so a
-//! slow or hostile request cannot stall gRPC, health or other webhook requests.
+//! The port is served by the one HTTP/1 listener ([`crate::server::http`]). Bodies above
+//! `--webhook-max-body-bytes` are refused with 413 before they are read whole, and beyond
+//! the listener's budget of body bytes in flight (`--max-body-bytes-in-flight`) with 429
+//! before a byte is read; headers must arrive within [`HEADER_TIMEOUT`] and a body within
+//! the request timeout; at most `--concurrency-limit` connections are open at once and
+//! `--max-connections-per-peer` from one address, and at either cap a new connection evicts
+//! the one that has waited longest for a request head. Bodies are decoded and answers
+//! computed on the evaluation threads, never on the async workers, so a slow or hostile
+//! request cannot stall gRPC, health or other webhook requests; a request that finds no
+//! evaluation thread within `--eval-queue-wait` is answered HTTP 429 with `Retry-After`
+//! (its body the route's refusal, code 429).
 
 pub mod admission;
 pub mod karmada;
-pub mod tls;
 
-use crate::server::Shared;
+/// The listener's certificate, re-read when its files change.
+pub use crate::server::tls_reload as tls;
+
+use crate::server::{Shared, http};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +52,10 @@ pub struct Settings {
     pub request_timeout: Duration,
     /// Connections open at once.
     pub max_connections: usize,
+    /// Connections open at once from one IP address (`--max-connections-per-peer`).
+    pub max_per_peer: usize,
+    /// Bytes of request bodies held at once (`--max-body-bytes-in-flight`).
+    pub body_budget: usize,
 }
 
 impl Default for Settings {
@@ -57,6 +66,8 @@ impl Default for Settings {
             eval_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(30),
             max_connections: 1024,
+            max_per_peer: http::DEFAULT_MAX_PER_PEER,
+            body_budget: http::DEFAULT_BODY_BUDGET,
         }
     }
 }
@@ -72,135 +83,68 @@ pub async fn serve(
         Some((cert, key)) => Some(tls::Reloading::load(cert, key)?),
         None => None,
     };
+    let limits = http::Limits {
+        max_connections: settings.max_connections.max(1),
+        max_per_peer: settings.max_per_peer,
+        head_timeout: HEADER_TIMEOUT,
+        idle_timeout: settings.request_timeout.max(HEADER_TIMEOUT),
+        body_budget: settings.body_budget,
+    };
+    let shutdown = shared.shutdown.clone();
     let settings = Arc::new(settings);
-    let permits = Arc::new(tokio::sync::Semaphore::new(settings.max_connections.max(1)));
-    let mut shutdown = shared.shutdown.clone();
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "webhook: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            changed = shutdown.changed() => {
-                if changed.is_err() || *shutdown.borrow() {
-                    return Ok(());
-                }
-                continue;
-            }
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            // Over the connection limit: closed at once.
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
+    let handler = move |request: Request<hyper::body::Incoming>, bodies: http::Bodies| {
         let shared = shared.clone();
         let settings = settings.clone();
-        let acceptor = tls.as_ref().map(|t| t.acceptor());
-        tokio::spawn(async move {
-            let _permit = permit;
-            match acceptor {
-                Some(acceptor) => {
-                    match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => connection(TokioIo::new(stream), shared, settings).await,
-                        Ok(Err(e)) => tracing::debug!(error = %e, "webhook: TLS handshake failed"),
-                        Err(_) => tracing::debug!("webhook: TLS handshake timed out"),
-                    }
-                }
-                None => connection(TokioIo::new(stream), shared, settings).await,
-            }
-        });
-    }
-}
-
-async fn connection<I>(io: I, shared: Shared, settings: Arc<Settings>)
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-        let shared = shared.clone();
-        let settings = settings.clone();
-        async move { Ok::<_, Infallible>(route(request, &shared, &settings).await) }
-    });
-    let _ = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
-        .serve_connection(io, service)
-        .await;
+        async move { route(request, &bodies, &shared, &settings).await }
+    };
+    http::serve(listener, "webhook", limits, tls, Some(shutdown), handler).await;
+    Ok(())
 }
 
 /// The answer to one request.
 pub async fn route(
     request: Request<hyper::body::Incoming>,
+    bodies: &http::Bodies,
     shared: &Shared,
     settings: &Settings,
-) -> Response<Full<Bytes>> {
+) -> Response<http::Body> {
     let path = request.uri().path();
     let admission = admission::mode_of(path);
     if path != karmada::PATH && admission.is_none() {
-        return text(StatusCode::NOT_FOUND, "not found\n");
+        return http::text(StatusCode::NOT_FOUND, "not found\n");
     }
     if request.method() != Method::POST {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n");
+        return http::text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n");
     }
-    let declared = request
-        .headers()
-        .get(hyper::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > settings.max_body_bytes as u64) {
-        return too_large(settings);
-    }
-    let body = Limited::new(request.into_body(), settings.max_body_bytes);
-    let read = tokio::time::timeout(settings.request_timeout, body.collect()).await;
-    let body = match read {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(settings),
-        Ok(Err(_)) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                "the request body could not be read\n",
-            );
-        }
-        Err(_) => {
-            return text(
-                StatusCode::REQUEST_TIMEOUT,
-                "the request body was not sent in time\n",
-            );
-        }
+    let body = match bodies
+        .read(
+            request,
+            settings.max_body_bytes,
+            "--webhook-max-body-bytes",
+            settings.request_timeout,
+        )
+        .await
+    {
+        Ok(body) => body,
+        Err(refused) => return refused.response(),
     };
     let (status, answer) = match admission {
         Some(mode) => admission::handle(shared, mode, body, settings.eval_timeout).await,
         None => karmada::handle(shared, body, settings.eval_timeout).await,
     };
-    let mut response = Response::new(Full::new(answer));
+    json(status, answer)
+}
+
+/// A JSON answer; 429 carries `Retry-After`.
+fn json(status: StatusCode, answer: Bytes) -> Response<http::Body> {
+    let mut response = Response::new(http::full(answer));
     *response.status_mut() = status;
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("application/json"),
     );
-    response
-}
-
-fn too_large(settings: &Settings) -> Response<Full<Bytes>> {
-    let message = format!(
-        "the request body is larger than {} bytes (--webhook-max-body-bytes)\n",
-        settings.max_body_bytes
-    );
-    let mut r = text(StatusCode::PAYLOAD_TOO_LARGE, "");
-    *r.body_mut() = Full::new(Bytes::from(message));
-    r
-}
-
-fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        http::retry_after(&mut response);
+    }
     response
 }

@@ -1,9 +1,9 @@
 //! kartograf's reading of one recorded workload object: resolved offline (no pods, as
 //! upstream's replay reads the CR alone) with a given catalog.
 
-use kartograf::cli::tree::phase_name;
 use kartograf::definition::Catalog;
 use kartograf::expr::Limits;
+use kartograf::proto::phase_name;
 use kartograf::proto::v1 as pb;
 use kartograf::source::offline::Snapshot;
 use serde_json::Value;
@@ -57,8 +57,12 @@ pub fn read(catalog: &Catalog, cr: &Value) -> Result<Reading, String> {
     let mut instances = Vec::new();
     collect(&w.components, &mut instances);
     Ok(Reading {
-        matched: status.matched.iter().map(|p| phase_name(*p)).collect(),
-        phase: phase_name(status.phase),
+        matched: status
+            .matched
+            .iter()
+            .map(|p| phase_name(*p).to_owned())
+            .collect(),
+        phase: phase_name(status.phase).to_owned(),
         instances,
     })
 }

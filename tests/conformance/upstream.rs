@@ -51,7 +51,7 @@ pub fn load_from(
         parsed.extend(p);
         errors.extend(e);
     }
-    let (defs, e) = compile_all(parsed, "upstream");
+    let (defs, e) = compile_all(parsed, "upstream", Default::default());
     errors.extend(e);
     (defs, errors)
 }

@@ -47,7 +47,7 @@ fn cases() -> Vec<PathBuf> {
 }
 
 fn phase_name(p: i32) -> String {
-    kartograf::cli::tree::phase_name(p)
+    kartograf::proto::phase_name(p).to_owned()
 }
 
 fn check_case(expect_path: &Path, catalog: &kartograf::definition::Catalog) -> Vec<String> {

@@ -9,7 +9,12 @@ use kartograf::definition::load::parse_text;
 fn compile(text: &str) -> Result<Definition, Vec<kartograf::definition::DefinitionError>> {
     let (mut parsed, errors) = parse_text(text, "test.yaml");
     assert!(errors.is_empty(), "{errors:?}");
-    Definition::compile(parsed.remove(0).karta, "test.yaml", "test")
+    Definition::compile(
+        parsed.remove(0).karta,
+        "test.yaml",
+        "test",
+        Default::default(),
+    )
 }
 
 #[test]
@@ -279,7 +284,10 @@ fn the_embedded_catalog_is_valid_and_upstream_shaped_files_load() {
     let (defs, errors) = load_embedded();
     assert!(errors.is_empty(), "{errors:?}");
     assert!(defs.len() >= 7);
-    let (defs, errors) = load_path(&fixture("../../../tests/engine/data/definitions"));
+    let (defs, errors) = load_path(
+        &fixture("../../../tests/engine/data/definitions"),
+        Default::default(),
+    );
     assert!(
         errors.is_empty(),
         "{} errors, first: {:?}",
@@ -292,9 +300,10 @@ fn the_embedded_catalog_is_valid_and_upstream_shaped_files_load() {
 #[test]
 fn a_directory_overrides_the_embedded_definition_and_versions_fall_back() {
     let (embedded, _) = load_embedded();
-    let (extra, _) = load_path(&fixture(
-        "../../../tests/engine/data/definitions/jobset-per-replicatedjob.yaml",
-    ));
+    let (extra, _) = load_path(
+        &fixture("../../../tests/engine/data/definitions/jobset-per-replicatedjob.yaml"),
+        Default::default(),
+    );
     let catalog = Catalog::from_layers(2, [embedded, extra]);
     let exact = catalog
         .lookup("jobset.x-k8s.io/v1alpha2", "JobSet")
@@ -308,4 +317,55 @@ fn a_directory_overrides_the_embedded_definition_and_versions_fall_back() {
     );
     assert!(catalog.lookup("example.com/v1", "JobSet").is_none());
     assert!(catalog.covers("batch", "Job") && catalog.is_child_kind("batch", "Job"));
+}
+
+#[test]
+fn two_loaders_in_one_process_keep_their_own_phase_precedence() {
+    use kartograf::definition::LoadOptions;
+    use kartograf::definition::plan::PhasePrecedence;
+    let workload_map = LoadOptions {
+        phase_precedence: PhasePrecedence::WorkloadMap,
+    };
+    let dir = fixture("../../../tests/engine/data/definitions/jobset-per-replicatedjob.yaml");
+    // Loaded with one loader's options, then with the other's, then the first's again: each
+    // keeps what it was given (no process-wide switch).
+    for _ in 0..2 {
+        let (mapped, errors) = load_path(&dir, workload_map);
+        assert!(errors.is_empty(), "{errors:?}");
+        let (plain, _) = load_path(&dir, LoadOptions::default());
+        assert!(!mapped.is_empty());
+        for d in &mapped {
+            assert_eq!(
+                d.phase_precedence,
+                PhasePrecedence::WorkloadMap,
+                "{}",
+                d.name
+            );
+        }
+        for d in &plain {
+            assert_eq!(d.phase_precedence, PhasePrecedence::Kartograf, "{}", d.name);
+        }
+    }
+    // The embedded catalog keeps kartograf's whatever a loader sets; a cluster Karta object
+    // follows the layers' options.
+    let text = std::fs::read_to_string(&dir).expect("fixture");
+    let object = kartograf::manifest::parse_documents(&text)
+        .expect("parses")
+        .remove(0);
+    for options in [workload_map, LoadOptions::default()] {
+        let mut layers = kartograf::definition::layers::Layers::new(options);
+        assert!(layers.apply_cluster("k", "cluster:k", &object));
+        let (catalog, errors) = layers.build();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(catalog.options(), options);
+        for d in catalog.definitions() {
+            let expected = if d.origin == "cluster:k" {
+                options.phase_precedence
+            } else {
+                PhasePrecedence::Kartograf
+            };
+            assert_eq!(d.phase_precedence, expected, "{} ({})", d.name, d.origin);
+        }
+        assert!(catalog.definitions().any(|d| d.origin == "cluster:k"));
+    }
 }

@@ -548,7 +548,7 @@ fn the_config_map_definitions_pass_check_and_add_a_kind() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (defs, errors) = load_path(&dir);
+    let (defs, errors) = load_path(&dir, Default::default());
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(defs.len(), files.len());
     for def in defs {

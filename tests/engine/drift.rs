@@ -68,7 +68,7 @@ fn definition(name: &str) -> Arc<Definition> {
 fn compile(text: &str) -> Arc<Definition> {
     let (parsed, errors) = load::parse_text(text, "test.yaml");
     assert!(errors.is_empty(), "{errors:?}");
-    let (mut defs, errors) = catalog::compile_all(parsed, "test");
+    let (mut defs, errors) = catalog::compile_all(parsed, "test", Default::default());
     assert!(errors.is_empty(), "{errors:?}");
     defs.remove(0)
 }

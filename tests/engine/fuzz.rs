@@ -180,7 +180,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
 /// Loads and compiles `text` as the file `name`; checks every error names the file.
 fn load_checked(name: &str, text: &str) -> Result<(), String> {
     let (parsed, mut errors) = parse_text(text, name);
-    let (_, compile_errors) = compile_all(parsed, "fuzz");
+    let (_, compile_errors) = compile_all(parsed, "fuzz", Default::default());
     errors.extend(compile_errors);
     for e in &errors {
         if e.source != name || !e.to_string().starts_with(name) || e.message.is_empty() {
@@ -261,7 +261,7 @@ fn the_mutations_reach_the_compiler() {
     );
     let (parsed, errors) = parse_text(&serde_json::to_string(&docs).expect("json"), name);
     assert!(errors.is_empty(), "{errors:?}");
-    let (_, errors) = compile_all(parsed, "fuzz");
+    let (_, errors) = compile_all(parsed, "fuzz", Default::default());
     assert!(
         errors
             .iter()

@@ -18,7 +18,7 @@ fn data(name: &str) -> PathBuf {
 fn catalog_with(file: &str) -> Catalog {
     let (embedded, errors) = kartograf::definition::catalog::load_embedded();
     assert!(errors.is_empty());
-    let (extra, errors) = load_path(&data(file));
+    let (extra, errors) = load_path(&data(file), Default::default());
     assert!(errors.is_empty(), "{errors:?}");
     Catalog::from_layers(1, [embedded, extra])
 }
@@ -198,7 +198,7 @@ fn min_member_path_overrides_with_keys_and_pod() {
     assert!(text.contains("minMemberPath"));
     let path = temp_file("minmember.yaml", &text);
     let (embedded, _) = kartograf::definition::catalog::load_embedded();
-    let (extra, errors) = load_path(&path);
+    let (extra, errors) = load_path(&path, Default::default());
     assert!(errors.is_empty(), "{errors:?}");
     let catalog = Catalog::from_layers(1, [embedded, extra]);
     let w = resolve_with(&catalog, "jobset-seed.yaml", None).workload;

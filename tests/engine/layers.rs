@@ -3,7 +3,8 @@
 //! source file (comments and `#[cfg(test)] mod tests` blocks aside, as tests may reach any
 //! layer), and names every arrow that points up, every module missing from the list, and
 //! every use of the index above it besides the Store seam (`server/store.rs`) and the
-//! metrics that read its sizes.
+//! metrics that read its sizes; and, inside every folder, every import circle between its
+//! files (`cli/client.rs` ⇄ `cli/gangs.rs` was one).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -192,4 +193,190 @@ fn the_layer_check_sees_an_upward_import() {
         "use crate::server::Shared; // crate::cli\nfn f() { my_crate::admin::x(); }\n#[cfg(test)]\nmod tests { use crate::cli; }\n",
     );
     assert_eq!(crate_refs(&code), vec!["server".to_owned()]);
+}
+
+/// The sibling modules a file of one folder refers to: `super::name` (also inside
+/// `super::{…}`) and `crate::<folder path>::name`, for each `name` among `siblings`.
+fn sibling_refs(code: &str, folder: &str, siblings: &[String]) -> Vec<String> {
+    let mut names = Vec::new();
+    let prefixes = ["super::".to_owned(), format!("crate::{folder}::")];
+    for prefix in &prefixes {
+        let mut rest = code;
+        while let Some(i) = rest.find(prefix.as_str()) {
+            let preceded_by_ident = rest[..i]
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
+            rest = &rest[i + prefix.len()..];
+            if preceded_by_ident {
+                continue;
+            }
+            let group = match rest.strip_prefix('{') {
+                // `super::{a, b::X}`: each item's first name, up to the group's closing brace.
+                Some(inner) => {
+                    let mut depth = 1;
+                    let end = inner
+                        .char_indices()
+                        .find(|(_, c)| {
+                            depth += match c {
+                                '{' => 1,
+                                '}' => -1,
+                                _ => 0,
+                            };
+                            depth == 0
+                        })
+                        .map_or(inner.len(), |(i, _)| i);
+                    let mut items = Vec::new();
+                    let mut depth = 0;
+                    let mut item = String::new();
+                    for c in inner[..end].chars() {
+                        match c {
+                            '{' => depth += 1,
+                            '}' => depth -= 1,
+                            ',' if depth == 0 => items.push(std::mem::take(&mut item)),
+                            _ => {}
+                        }
+                        if depth == 0 && c != ',' {
+                            item.push(c);
+                        }
+                    }
+                    items.push(item);
+                    items
+                }
+                None => vec![rest.to_owned()],
+            };
+            for item in group {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if siblings.contains(&name) && !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// The import circles among the files of one folder (each file a node, `mod.rs` aside: the
+/// folder itself), as `a -> b -> a`.
+fn circles(edges: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    fn visit(
+        at: &str,
+        edges: &BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+        found: &mut Vec<String>,
+    ) {
+        if let Some(i) = path.iter().position(|p| p == at) {
+            let mut circle = path[i..].to_vec();
+            circle.push(at.to_owned());
+            found.push(circle.join(" -> "));
+            return;
+        }
+        if !done.insert(at.to_owned()) {
+            return;
+        }
+        path.push(at.to_owned());
+        for next in edges.get(at).into_iter().flatten() {
+            visit(next, edges, path, done, found);
+        }
+        path.pop();
+    }
+    let mut found = Vec::new();
+    let mut done = std::collections::BTreeSet::new();
+    for start in edges.keys() {
+        visit(start, edges, &mut Vec::new(), &mut done, &mut found);
+    }
+    found
+}
+
+/// The import graph of the files directly in `dir` (a folder below `src/` named `folder`,
+/// e.g. `cli` or `source/kube`).
+fn folder_graph(dir: &Path, folder: &str) -> BTreeMap<String, Vec<String>> {
+    let mut siblings = Vec::new();
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("folder readable").flatten() {
+        let path = entry.path();
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if path.is_dir() {
+            siblings.push(name);
+        } else if path.extension().is_some_and(|e| e == "rs") && name != "mod" {
+            siblings.push(name.clone());
+            files.push((name, path));
+        }
+    }
+    let folder = folder.replace('/', "::");
+    files
+        .into_iter()
+        .map(|(name, path)| {
+            let code = code_of(&std::fs::read_to_string(&path).expect("readable"));
+            let refs = sibling_refs(&code, &folder, &siblings)
+                .into_iter()
+                .filter(|r| *r != name)
+                .collect();
+            (name, refs)
+        })
+        .collect()
+}
+
+#[test]
+fn no_import_circle_inside_a_folder() {
+    let src = root().join("src");
+    let mut dirs = vec![src.clone()];
+    let mut problems = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("readable").flatten() {
+            if entry.path().is_dir() {
+                dirs.push(entry.path());
+            }
+        }
+        if dir == src {
+            continue;
+        }
+        let folder = dir
+            .strip_prefix(&src)
+            .expect("below src")
+            .to_string_lossy()
+            .into_owned();
+        for circle in circles(&folder_graph(&dir, &folder)) {
+            problems.push(format!("src/{folder}: import circle {circle}"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_circle_check_sees_a_circle_between_two_files() {
+    let siblings = ["client".to_owned(), "gangs".to_owned(), "tree".to_owned()];
+    let client = code_of("use super::{EXIT, output, tree};\nfn f(a: &super::gangs::Args) {}\n");
+    let gangs = code_of("pub server: crate::cli::client::ServerArgs,\n// super::tree\n");
+    assert_eq!(
+        sibling_refs(&client, "cli", &siblings),
+        vec!["tree".to_owned(), "gangs".to_owned()]
+    );
+    assert_eq!(
+        sibling_refs(&gangs, "cli", &siblings),
+        vec!["client".to_owned()]
+    );
+    let edges: BTreeMap<String, Vec<String>> = [
+        ("client".to_owned(), sibling_refs(&client, "cli", &siblings)),
+        ("gangs".to_owned(), sibling_refs(&gangs, "cli", &siblings)),
+        ("tree".to_owned(), Vec::new()),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        circles(&edges),
+        vec!["client -> gangs -> client".to_owned()]
+    );
+    // Without the arrow back there is none.
+    let mut open = edges.clone();
+    open.insert("gangs".to_owned(), Vec::new());
+    assert!(circles(&open).is_empty());
 }

@@ -24,5 +24,7 @@ mod jq_compat;
 mod layers;
 mod malformed;
 mod memo;
+mod patch;
+mod patch_quickstart;
 mod resolution;
 mod safety;

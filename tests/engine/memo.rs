@@ -39,7 +39,7 @@ spec:
 "#
     );
     let path = temp_file("trainer.yaml", &text);
-    let (extra, errors) = load_path(&path);
+    let (extra, errors) = load_path(&path, Default::default());
     assert!(errors.is_empty(), "{errors:?}");
     let (embedded, errors) = load_embedded();
     assert!(errors.is_empty());

@@ -59,8 +59,11 @@ impl Cluster {
                 .with_namespace(namespace.clone()),
         );
         let report = Arc::new(LoadReport::default());
-        let publisher =
-            definitions::Publisher::new(definitions::Layers::new(), index.clone(), report.clone());
+        let publisher = definitions::Publisher::new(
+            definitions::Layers::default(),
+            index.clone(),
+            report.clone(),
+        );
         publisher.update(|_| {});
         let source = tokio::spawn(manifests::run_with(
             index.clone(),

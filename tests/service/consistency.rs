@@ -5,7 +5,7 @@
 use kartograf::board::PodMiss;
 use kartograf::definition::Catalog;
 use kartograf::definition::catalog::load_embedded;
-use kartograf::index::Index;
+use kartograf::index::{Index, Write};
 use kartograf::proto::v1 as pb;
 use serde_json::Value as Json;
 use std::path::PathBuf;
@@ -46,8 +46,13 @@ fn pod_ref(name: &str) -> pb::ObjectRef {
 fn pod_that_leaves_for_an_uncached_owner_is_in_no_workload() {
     let docs = demo_docs();
     let index = Index::new(Catalog::embedded().expect("catalog"), &[]);
-    assert!(index.reset("demo", &docs).is_empty());
-    assert!(index.workload_of_pod(&pod_ref(WORKER)).is_ok());
+    assert!(index.batch().write(Write::reset("demo", &docs)).is_empty());
+    assert!(
+        index
+            .published_of_pod(&pod_ref(WORKER))
+            .map(|(p, at)| (p.graph(), at))
+            .is_ok()
+    );
     let mut pod = docs
         .iter()
         .find(|d| d["metadata"]["name"] == WORKER)
@@ -56,9 +61,17 @@ fn pod_that_leaves_for_an_uncached_owner_is_in_no_workload() {
     // Now owned by a Job that is not cached (a Job of another JobSet, not seen yet).
     pod["metadata"]["ownerReferences"][0]["uid"] = Json::from("not-cached-job-uid");
     pod["metadata"]["ownerReferences"][0]["name"] = Json::from("elsewhere");
-    index.apply(&pod, "demo").expect("applies");
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("demo", pod.clone()))
+            .is_empty()
+    );
     // The JobSet's graph no longer has the pod...
-    let graph = index.workload(&jobset_ref()).expect("jobset");
+    let graph = index
+        .published(&jobset_ref())
+        .map(|p| p.graph())
+        .expect("jobset");
     let text = format!("{graph:?}");
     assert!(
         !text.contains(WORKER),
@@ -72,13 +85,17 @@ fn pod_that_leaves_for_an_uncached_owner_is_in_no_workload() {
         }
     }
     let fresh = Index::new(Catalog::embedded().expect("catalog"), &[]);
-    assert!(fresh.reset("demo", &moved).is_empty());
+    assert!(fresh.batch().write(Write::reset("demo", &moved)).is_empty());
     assert_eq!(
-        fresh.workload_of_pod(&pod_ref(WORKER)).err(),
+        fresh
+            .published_of_pod(&pod_ref(WORKER))
+            .map(|(p, at)| (p.graph(), at))
+            .err(),
         Some(PodMiss::InNoWorkload)
     );
     let incremental = index
-        .workload_of_pod(&pod_ref(WORKER))
+        .published_of_pod(&pod_ref(WORKER))
+        .map(|(p, at)| (p.graph(), at))
         .map(|(w, p)| (w.r#ref.clone(), p));
     assert_eq!(
         incremental.clone().err(),
@@ -140,10 +157,10 @@ fn catalog_change_case(file: &str, kind: &str, add: bool) {
         (with, without)
     };
     let index = Index::new(from, &[]);
-    assert!(index.reset("demo", &docs).is_empty());
-    index.set_catalog(to.clone());
+    assert!(index.batch().write(Write::reset("demo", &docs)).is_empty());
+    index.batch().set_catalog(to.clone());
     let fresh = Index::new(to, &[]);
-    assert!(fresh.reset("demo", &docs).is_empty());
+    assert!(fresh.batch().write(Write::reset("demo", &docs)).is_empty());
     assert_eq!(
         listed(&index),
         listed(&fresh),
@@ -193,8 +210,11 @@ fn root_answers_cut_short_by_a_budget_are_not_remembered() {
         ..Budget::DEFAULT
     });
     let index = Index::new(Catalog::embedded().expect("catalog"), &[]);
-    assert!(index.reset("demo", &docs).is_empty());
-    let cut = index.workload(&jobset_ref()).expect("jobset");
+    assert!(index.batch().write(Write::reset("demo", &docs)).is_empty());
+    let cut = index
+        .published(&jobset_ref())
+        .map(|p| p.graph())
+        .expect("jobset");
     budget::configure(Budget::DEFAULT);
     assert!(has_code(&cut, "budget_exceeded"), "{:?}", cut.diagnostics);
     // A pod change that the graph reads: the workload is resolved again.
@@ -205,9 +225,17 @@ fn root_answers_cut_short_by_a_budget_are_not_remembered() {
         .clone();
     pod["status"]["phase"] = Json::from("Failed");
     let resolutions = index.resolutions();
-    index.apply(&pod, "demo").expect("applies");
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("demo", pod.clone()))
+            .is_empty()
+    );
     assert!(index.resolutions() > resolutions, "re-resolved");
-    let after = index.workload(&jobset_ref()).expect("jobset");
+    let after = index
+        .published(&jobset_ref())
+        .map(|p| p.graph())
+        .expect("jobset");
     let codes: Vec<&str> = after.diagnostics.iter().map(|d| d.code.as_str()).collect();
     eprintln!("codes after: {codes:?}");
     assert!(
@@ -272,7 +300,7 @@ fn manifest_problem_of_a_removed_unreadable_file_clears() {
 fn definition_error_of_a_removed_unreadable_file_clears() {
     use kartograf::source::definitions::Reloader;
     let d = temp("defs-vanished");
-    let mut r = Reloader::new(&d);
+    let mut r = Reloader::new(&d, Default::default());
     let (_, errors) = r.reload().expect("first load");
     assert!(errors.is_empty());
     std::fs::write(d.join("tmp.yaml"), b"\xff\xfe not utf-8").unwrap();
@@ -294,16 +322,19 @@ fn definition_error_of_a_removed_unreadable_file_clears() {
 fn note_on_an_intermediate_object_reaches_the_workload() {
     let docs = demo_docs();
     let index = Index::new(Catalog::embedded().expect("catalog"), &[]);
-    assert!(index.reset("demo", &docs).is_empty());
+    assert!(index.batch().write(Write::reset("demo", &docs)).is_empty());
     {
         let mut batch = index.batch();
         // The workers-0 Job.
-        batch.write(kartograf::index::Write::Note {
+        batch.write(Write::Note {
             uid: "3f1c2a9e-0001-4000-8000-000000000004".to_owned(),
             note: Some("defined in two files".to_owned()),
         });
     }
-    let w = index.workload(&jobset_ref()).expect("jobset");
+    let w = index
+        .published(&jobset_ref())
+        .map(|p| p.graph())
+        .expect("jobset");
     assert!(
         w.diagnostics
             .iter()
@@ -320,7 +351,7 @@ fn note_on_an_intermediate_object_reaches_the_workload() {
 fn prepared_cache_keeps_one_version_per_root() {
     let docs = demo_docs();
     let index = Index::new(Catalog::embedded().expect("catalog"), &[]);
-    assert!(index.reset("demo", &docs).is_empty());
+    assert!(index.batch().write(Write::reset("demo", &docs)).is_empty());
     let mut root = docs
         .iter()
         .find(|d| d["kind"] == "JobSet")
@@ -329,13 +360,23 @@ fn prepared_cache_keeps_one_version_per_root() {
     // Warm up, then measure.
     for n in 0..500 {
         root["status"]["observedGeneration"] = Json::from(n);
-        index.apply(&root, "demo").expect("applies");
+        assert!(
+            index
+                .batch()
+                .write(Write::apply("demo", root.clone()))
+                .is_empty()
+        );
     }
     let before = crate::process::status_kib("self", "VmRSS:");
     const N: u64 = 5000;
     for n in 0..N {
         root["status"]["observedGeneration"] = Json::from(1000 + n);
-        index.apply(&root, "demo").expect("applies");
+        assert!(
+            index
+                .batch()
+                .write(Write::apply("demo", root.clone()))
+                .is_empty()
+        );
     }
     let grew = crate::process::status_kib("self", "VmRSS:").saturating_sub(before);
     eprintln!(

@@ -162,12 +162,13 @@ async fn crd_changes_show_as_drift_and_empty_paths_are_counted() {
         Some(format!("{counter} 1").as_str())
     );
     let graph = index
-        .workload(&pb::ObjectRef {
+        .published(&pb::ObjectRef {
             kind: "JobSet".into(),
             namespace: "ml".into(),
             name: "broken".into(),
             ..Default::default()
         })
+        .map(|p| p.graph())
         .unwrap();
     let d = graph
         .diagnostics
@@ -175,9 +176,12 @@ async fn crd_changes_show_as_drift_and_empty_paths_are_counted() {
         .find(|d| d.code == "spec_missing")
         .unwrap();
     assert_eq!(d.path, SPEC_PATH);
-    let revision = index.revision();
+    let revision = index.board().revision();
     fake.upsert(broken_jobset("2"));
-    eventually("the relabelled JobSet", || index.revision() > revision).await;
+    eventually("the relabelled JobSet", || {
+        index.board().revision() > revision
+    })
+    .await;
     assert_eq!(
         metric_line(&metrics.encode(), &counter),
         Some(format!("{counter} 1").as_str()),
@@ -254,7 +258,7 @@ fn run_source(
 ) -> (Arc<Index>, Arc<LoadReport>, impl Drop) {
     let index = Arc::new(Index::new(Catalog::default(), &[source::SOURCE]));
     let report = Arc::new(LoadReport::default());
-    let publisher = Publisher::new(Layers::new(), index.clone(), report.clone());
+    let publisher = Publisher::new(Layers::default(), index.clone(), report.clone());
     publisher.update(|_| {});
     let task = tokio::spawn(source::run(
         fake.client(),

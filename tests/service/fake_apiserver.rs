@@ -10,8 +10,10 @@
 //! recorded. Writes as kube-rs sends them (issue 30): single-object GET, POST (create,
 //! 409 AlreadyExists), PUT (replace with the resourceVersion precondition, 409 Conflict),
 //! PATCH as JSON merge patch on an object or its `/status` (a `metadata.resourceVersion`
-//! in the patch is a precondition), namespaced paths, scripted conflicts, every write
-//! recorded. One route function, served in-process through
+//! in the patch is a precondition) or as an RFC 6902 JSON patch (`application/json-patch+json`,
+//! applied with the `json-patch` crate; a failed `test` operation is 422 Invalid, as the
+//! API server answers), namespaced paths, scripted conflicts, objects changed behind a
+//! reader's back, every write recorded. One route function, served in-process through
 //! `tower::service_fn` and over loopback HTTP through hyper 1.
 
 use bytes::Bytes;
@@ -79,6 +81,9 @@ struct State {
     writes: Vec<Write>,
     /// Scripted conflicts (409) of the next writes per object path.
     conflicts: HashMap<String, usize>,
+    /// Objects (by path) changed by someone else right after the next GET answers, as
+    /// many times as counted: the reader's copy is stale at once.
+    changed_after_get: HashMap<String, usize>,
 }
 
 /// One write request the fake saw.
@@ -679,6 +684,14 @@ impl FakeApiServer {
         self.lock().conflicts.insert(path.to_owned(), count);
     }
 
+    /// The next `count` GETs of the object at `path` are answered with the object as it
+    /// was, and the object is changed right after (an annotation; its resourceVersion
+    /// moves): a reader's copy is stale at once.
+    #[allow(dead_code)]
+    pub fn change_after_get(&self, path: &str, count: usize) {
+        self.lock().changed_after_get.insert(path.to_owned(), count);
+    }
+
     /// A stored object by collection path and key (`ns/name` or `name`).
     #[allow(dead_code)]
     pub fn get(&self, collection: &str, key: &str) -> Option<Value> {
@@ -738,12 +751,27 @@ impl FakeApiServer {
         }
         if is_get {
             let key = key_of(name.as_deref().unwrap_or_default());
-            return match st
+            let found = st
                 .resources
                 .get(&collection)
                 .and_then(|r| r.objects.get(&key))
-            {
-                Some(o) => respond(StatusCode::OK, &o.value),
+                .map(|o| o.value.clone());
+            let change = st
+                .changed_after_get
+                .get_mut(&path)
+                .filter(|n| **n > 0)
+                .map(|n| *n -= 1)
+                .is_some();
+            drop(st);
+            return match found {
+                Some(o) => {
+                    if change {
+                        let mut newer = o.clone();
+                        newer["metadata"]["annotations"]["changed-by"] = json!("someone-else");
+                        self.upsert(newer);
+                    }
+                    respond(StatusCode::OK, &o)
+                }
                 None => respond(StatusCode::NOT_FOUND, &status(404, "NotFound", "not found")),
             };
         }
@@ -838,7 +866,33 @@ impl FakeApiServer {
                     return answer(&mut st, write, 409, conflict);
                 }
                 let mut next = current.clone();
-                if *method == hyper::Method::PUT {
+                if write
+                    .content_type
+                    .starts_with("application/json-patch+json")
+                {
+                    let ops: json_patch::Patch = match serde_json::from_value(parsed.clone()) {
+                        Ok(ops) => ops,
+                        Err(e) => {
+                            let bad = status(400, "BadRequest", &format!("bad JSON patch: {e}"));
+                            return answer(&mut st, write, 400, bad);
+                        }
+                    };
+                    if let Err(e) = json_patch::patch(&mut next, &ops) {
+                        let invalid = status(
+                            422,
+                            "Invalid",
+                            &format!(
+                                "the server rejected our request due to an error in our request: {e}"
+                            ),
+                        );
+                        return answer(&mut st, write, 422, invalid);
+                    }
+                    if let Some(s) = current.get("status") {
+                        next["status"] = s.clone();
+                    }
+                    next["metadata"]["resourceVersion"] =
+                        current["metadata"]["resourceVersion"].clone();
+                } else if *method == hyper::Method::PUT {
                     next = parsed.clone();
                     next["metadata"]["uid"] = current["metadata"]["uid"].clone();
                     if sub.as_deref() == Some("status") {

@@ -49,12 +49,14 @@ fn start(fake: &FakeApiServer) -> (Arc<Index>, Running) {
 }
 
 fn workload(index: &Index, kind: &str, name: &str) -> Option<Arc<pb::Workload>> {
-    index.workload(&pb::ObjectRef {
-        kind: kind.into(),
-        namespace: NS.into(),
-        name: name.into(),
-        ..Default::default()
-    })
+    index
+        .published(&pb::ObjectRef {
+            kind: kind.into(),
+            namespace: NS.into(),
+            name: name.into(),
+            ..Default::default()
+        })
+        .map(|p| Arc::new(p.graph()))
 }
 
 /// Waits (≤ 8 s) until the workload's graph satisfies `cond`; returns that graph.

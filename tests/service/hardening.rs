@@ -3,7 +3,7 @@
 //! graceful shutdown with 1,000 open Watch streams.
 
 use kartograf::definition::{Catalog, LoadReport};
-use kartograf::index::Index;
+use kartograf::index::{Index, Write};
 use kartograf::proto::v1 as pb;
 use kartograf::proto::v1::definitions_client::DefinitionsClient;
 use kartograf::proto::v1::workload_resolver_client::WorkloadResolverClient;
@@ -24,8 +24,11 @@ pub(crate) fn demo_index() -> Arc<Index> {
     let (docs, errors) = manifests::read_once(&dir);
     assert!(errors.is_empty(), "{errors:?}");
     let index = Index::new(Catalog::embedded().expect("catalog"), &[manifests::SOURCE]);
-    index.reset_converted(manifests::SOURCE, docs.into_iter().map(Ok).collect());
-    index.mark_synced(manifests::SOURCE);
+    index.batch().write(Write::Reset {
+        source: manifests::SOURCE.into(),
+        items: docs.into_iter().map(Ok).collect(),
+    });
+    index.batch().mark_synced(manifests::SOURCE);
     Arc::new(index)
 }
 
@@ -414,7 +417,7 @@ async fn tiny_deadlines_and_oversize_messages_fail_cleanly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_watch_releases_its_subscriber() {
     let s = serve(Settings::default()).await;
-    let before = s.index.subscribers();
+    let before = s.index.board().subscribers();
     let mut client = WorkloadResolverClient::new(plain(s.addr));
     let mut streams = Vec::new();
     for _ in 0..20 {
@@ -427,17 +430,17 @@ async fn a_cancelled_watch_releases_its_subscriber() {
         streams.push(stream);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while s.index.subscribers() < before + 20 && Instant::now() < deadline {
+    while s.index.board().subscribers() < before + 20 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(s.index.subscribers(), before + 20);
+    assert_eq!(s.index.board().subscribers(), before + 20);
     // Cancel mid-stream (the snapshot is still being sent).
     drop(streams);
-    while s.index.subscribers() > before && Instant::now() < deadline {
+    while s.index.board().subscribers() > before && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        s.index.subscribers(),
+        s.index.board().subscribers(),
         before,
         "cancelled streams leak subscribers"
     );

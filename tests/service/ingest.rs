@@ -2,7 +2,7 @@
 //! re-resolves. Checked on the demo JobSet through the index.
 
 use kartograf::definition::Catalog;
-use kartograf::index::Index;
+use kartograf::index::{Index, Write};
 use kartograf::proto::v1 as pb;
 use serde_json::Value as Json;
 
@@ -16,7 +16,7 @@ fn demo() -> (Index, Vec<Json>) {
     .expect("demo file");
     let docs = kartograf::manifest::parse_documents(&text).expect("parses");
     let index = Index::new(Catalog::embedded().expect("catalog"), &[]);
-    assert!(index.reset("demo", &docs).is_empty());
+    assert!(index.batch().write(Write::reset("demo", &docs)).is_empty());
     (index, docs)
 }
 
@@ -29,12 +29,13 @@ fn worker(docs: &[Json]) -> Json {
 
 fn jobset(index: &Index) -> std::sync::Arc<pb::Workload> {
     index
-        .workload(&pb::ObjectRef {
+        .published(&pb::ObjectRef {
             kind: "JobSet".into(),
             namespace: "ml".into(),
             name: "llama-train".into(),
             ..Default::default()
         })
+        .map(|p| std::sync::Arc::new(p.graph()))
         .expect("the JobSet resolves")
 }
 
@@ -49,16 +50,25 @@ fn instances(w: &pb::Workload) -> Vec<(String, u32)> {
 #[test]
 fn a_restart_count_change_skips_re_resolution() {
     let (index, docs) = demo();
-    let before = index.revision();
+    let before = index.board().revision();
     let resolved = index.resolutions();
     let graph = jobset(&index);
     let mut pod = worker(&docs);
     for n in 1..=3 {
         pod["metadata"]["resourceVersion"] = Json::from(format!("99{n}"));
         pod["status"]["containerStatuses"][0]["restartCount"] = Json::from(n);
-        index.apply(&pod, "demo").expect("applies");
+        assert!(
+            index
+                .batch()
+                .write(Write::apply("demo", pod.clone()))
+                .is_empty()
+        );
     }
-    assert_eq!(index.revision(), before, "nothing the graph shows changed");
+    assert_eq!(
+        index.board().revision(),
+        before,
+        "nothing the graph shows changed"
+    );
     assert_eq!(index.resolutions(), resolved, "and nothing was re-resolved");
     assert_eq!(*jobset(&index), *graph);
 }
@@ -72,13 +82,23 @@ fn a_label_a_selector_reads_re_resolves() {
     // Same node, phase, readiness and request; another replicated job by its label.
     pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] = Json::from("leader");
     let resolved = index.resolutions();
-    index.apply(&pod, "demo").expect("applies");
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("demo", pod.clone()))
+            .is_empty()
+    );
     assert_eq!(index.resolutions(), resolved + 1);
     let after = instances(&jobset(&index));
     assert!(after.contains(&("workers".to_owned(), 1)), "{after:?}");
     assert!(after.contains(&("leader".to_owned(), 2)), "{after:?}");
     // And back: the first version's answers are asked again.
-    index.apply(&worker(&docs), "demo").expect("applies");
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("demo", worker(&docs)))
+            .is_empty()
+    );
     assert_eq!(instances(&jobset(&index)), before);
 }
 
@@ -96,7 +116,12 @@ fn a_readiness_change_re_resolves() {
             c["status"] = Json::from("False");
         }
     }
-    index.apply(&pod, "demo").expect("applies");
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("demo", pod.clone()))
+            .is_empty()
+    );
     assert_eq!(ready(&jobset(&index)), was - 1);
 }
 
@@ -110,7 +135,7 @@ fn a_min_member_read_from_the_pod_follows_the_pod() {
     .expect("demo file");
     let docs = kartograf::manifest::parse_documents(&text).expect("parses");
     let index = Index::new(Catalog::embedded().expect("catalog"), &[]);
-    assert!(index.reset("demo", &docs).is_empty());
+    assert!(index.batch().write(Write::reset("demo", &docs)).is_empty());
     let service = pb::ObjectRef {
         kind: "Service".into(),
         namespace: docs[0]["metadata"]["namespace"]
@@ -121,7 +146,10 @@ fn a_min_member_read_from_the_pod_follows_the_pod() {
         ..Default::default()
     };
     let minimums = |index: &Index| -> Vec<u32> {
-        let w = index.workload(&service).expect("the Service resolves");
+        let w = index
+            .published(&service)
+            .map(|p| p.graph())
+            .expect("the Service resolves");
         w.gang.as_ref().map_or(Vec::new(), |g| {
             g.groups.iter().map(|g| g.min_member).collect::<Vec<_>>()
         })
@@ -129,7 +157,12 @@ fn a_min_member_read_from_the_pod_follows_the_pod() {
     assert!(minimums(&index).contains(&2), "{:?}", minimums(&index));
     for mut pod in docs.into_iter().filter(|d| d["kind"] == "Pod") {
         pod["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] = Json::from("5");
-        index.apply(&pod, "demo").expect("applies");
+        assert!(
+            index
+                .batch()
+                .write(Write::apply("demo", pod.clone()))
+                .is_empty()
+        );
     }
     let after = minimums(&index);
     assert!(after.contains(&5) && !after.contains(&2), "{after:?}");

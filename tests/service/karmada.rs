@@ -41,19 +41,30 @@ pub async fn serve_webhook_on(
     (addr, shared, tx)
 }
 
-/// One HTTP/1.1 exchange on `io`: (status, body).
+/// One HTTP/1.1 exchange on `io`: (status, body). A refused body may be cut off
+/// mid-write: the answer still comes.
 pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
-    mut io: S,
+    io: S,
     method: &str,
     path: &str,
     body: &[u8],
 ) -> (u16, Vec<u8>) {
+    let (status, _, body) = exchange_with_head(io, method, path, body).await;
+    (status, body)
+}
+
+/// One HTTP/1.1 exchange on `io`: (status, head, body).
+pub async fn exchange_with_head<S: AsyncRead + AsyncWrite + Unpin>(
+    mut io: S,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> (u16, String, Vec<u8>) {
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: kartograf\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     io.write_all(head.as_bytes()).await.unwrap();
-    // A refused body may be cut off mid-write: the answer still comes.
     let _ = io.write_all(body).await;
     let mut raw = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(20), io.read_to_end(&mut raw)).await;
@@ -61,12 +72,17 @@ pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .unwrap_or(raw.len());
-    let status = std::str::from_utf8(&raw[..split])
-        .ok()
-        .and_then(|h| h.split_whitespace().nth(1))
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    (status, raw.get(split + 4..).unwrap_or_default().to_vec())
+    (
+        status,
+        head,
+        raw.get(split + 4..).unwrap_or_default().to_vec(),
+    )
 }
 
 /// POSTs `body` to the interpreter route over plain HTTP.
@@ -759,43 +775,66 @@ async fn karmada_stalled_clients_and_busy_evaluations_do_not_stall_other_request
         "{:?}",
         started.elapsed()
     );
-    // The evaluation thread busy and its one queue slot taken: a request is answered 429
-    // at once, not queued behind them; once they finish it is answered again.
+    // The evaluation thread busy: a request waits the queue wait, then is answered HTTP 429
+    // with Retry-After (and a response of code 429), not queued behind it; once it
+    // finishes, requests are answered again.
     let (busy_addr, busy_shared, _busy_stop) = serve_webhook_on(
         webhook::Settings::default(),
-        Some(kartograf::server::evaluations::Evaluations::new(1, 1)),
+        Some(kartograf::server::evaluations::Evaluations::bounded(
+            1,
+            1,
+            Duration::from_millis(200),
+        )),
     )
     .await;
-    let mut releases = Vec::new();
-    let mut blockers = Vec::new();
-    for _ in 0..2 {
-        let (release, gate) = std::sync::mpsc::channel::<()>();
-        releases.push(release);
-        let pool = busy_shared.evaluations.clone();
-        blockers.push(tokio::spawn(async move {
-            pool.run(move || {
-                let _ = gate.recv_timeout(Duration::from_secs(20));
-            })
-            .await
-        }));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let pool = busy_shared.evaluations.clone();
+    let blocker = tokio::spawn(async move {
+        pool.run(move || {
+            let _ = started_tx.send(());
+            let _ = gate.recv_timeout(Duration::from_secs(20));
+        })
+        .await
+    });
+    started_rx.await.unwrap();
     let started = Instant::now();
-    let r = ask(busy_addr, "InterpretReplica", &raycluster(), 0, json!({})).await;
+    let uid = "uid-busy";
+    let stream = tokio::net::TcpStream::connect(busy_addr).await.unwrap();
+    let (status, head, body) = exchange_with_head(
+        stream,
+        "POST",
+        karmada::PATH,
+        &context(uid, "InterpretReplica", &raycluster(), 0, json!({})),
+    )
+    .await;
+    let waited = started.elapsed();
+    assert_eq!(status, 429, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
+    );
+    let r: Json = serde_json::from_slice(&body).unwrap();
     assert_eq!(
-        (r["successful"].clone(), r["status"]["code"].clone()),
+        (
+            r["response"]["successful"].clone(),
+            r["response"]["status"]["code"].clone()
+        ),
         (json!(false), json!(429))
     );
-    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(
+        r["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--eval-queue-wait")
+    );
+    assert!(waited >= Duration::from_millis(200), "{waited:?}");
+    assert!(waited < Duration::from_secs(1), "{waited:?}");
     // The other listener, with its own threads, answers meanwhile.
     let r = ask(addr, "InterpretReplica", &raycluster(), 0, json!({})).await;
     assert_eq!(r["replicas"], 6);
-    for release in releases {
-        let _ = release.send(());
-    }
-    for b in blockers {
-        assert!(b.await.unwrap().is_ok());
-    }
+    let _ = release.send(());
+    assert!(blocker.await.unwrap().is_ok());
     let r = ask(busy_addr, "InterpretReplica", &raycluster(), 0, json!({})).await;
     assert_eq!(r["replicas"], 6);
     drop(idle);
@@ -812,7 +851,7 @@ fn karmada_extension_errors_are_definition_errors() {
         let (parsed, errors) = kartograf::definition::load::parse_text(text, "test");
         assert!(errors.is_empty(), "{errors:?}");
         let p = parsed.into_iter().next().unwrap();
-        kartograf::definition::Definition::compile(p.karta, "test", "test")
+        kartograf::definition::Definition::compile(p.karta, "test", "test", Default::default())
     };
     assert!(compile(&text).is_ok());
     let bad = text.replace(
@@ -937,4 +976,61 @@ async fn karmada_catalog_snapshots_agree_with_their_graphs() {
     ] {
         assert!(kinds.contains(k), "{k} is covered: {kinds:?}");
     }
+}
+
+/// Issue 42: a replica count beyond int32 is refused with the field named (never answered
+/// with the definition's default), and Retain never copies a count beyond int32 into a patch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn karmada_counts_beyond_int32_are_refused_with_the_field_named() {
+    let (addr, _shared, _stop) = serve_webhook(webhook::Settings::default()).await;
+    let mut d = deployment();
+    d["spec"]["replicas"] = json!(1u64 << 40);
+    for op in ["InterpretReplica", "InterpretComponent"] {
+        let uid = format!("uid-{op}-big");
+        let (status, body) = post(addr, &context(&uid, op, &d, 0, json!({}))).await;
+        let answer: Json = serde_json::from_slice(&body).unwrap();
+        let text = answer.to_string();
+        assert_eq!(status, 200, "{text}");
+        assert_eq!(answer["response"]["successful"], false, "{op}: {text}");
+        assert_eq!(answer["response"]["status"]["code"], 422, "{op}: {text}");
+        let message = answer["response"]["status"]["message"].as_str().unwrap();
+        assert!(message.contains("beyond int32"), "{op}: {message}");
+        assert!(message.contains("spec.replicas"), "{op}: {message}");
+    }
+    let mut labelled = deployment();
+    labelled["metadata"]["labels"] = json!({"resourcetemplate.karmada.io/retain-replicas": "true"});
+    for count in [json!(u64::MAX), json!(1u64 << 31)] {
+        let mut member = labelled.clone();
+        member["spec"]["replicas"] = count.clone();
+        let uid = "uid-Retain-big";
+        let (status, body) = post(
+            addr,
+            &context(
+                uid,
+                "Retain",
+                &labelled,
+                0,
+                json!({"observedObject": member}),
+            ),
+        )
+        .await;
+        let answer: Json = serde_json::from_slice(&body).unwrap();
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["response"]["successful"], false, "{count}: {answer}");
+        assert!(answer["response"].get("patch").is_none(), "{answer}");
+        let message = answer["response"]["status"]["message"].as_str().unwrap();
+        assert!(message.contains("/spec/replicas"), "{message}");
+    }
+    // At int32's maximum it is kept.
+    let mut member = labelled.clone();
+    member["spec"]["replicas"] = json!(i32::MAX);
+    let r = ask(
+        addr,
+        "Retain",
+        &labelled,
+        0,
+        json!({"observedObject": member}),
+    )
+    .await;
+    assert_eq!(r["successful"], true, "{r}");
 }

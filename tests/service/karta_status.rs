@@ -356,3 +356,65 @@ async fn lease_candidates_race_one_wins_and_a_release_hands_over_at_once() {
     assert_ne!(lease["spec"]["holderIdentity"], holder);
     assert_eq!(lease["spec"]["leaseTransitions"], 1);
 }
+
+/// Issue 42: 200 Kartas created at once are all labelled and their status written within
+/// 5 s (one pass for what arrives together, objects reconciled concurrently, discovery once
+/// per pass), each status written once and without a stale-resourceVersion conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_kartas_created_at_once_are_reconciled_within_five_seconds() {
+    let fake = cluster();
+    let report = Arc::new(LoadReport::default());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let settings = Settings {
+        lease: None,
+        resync: Duration::from_secs(3600),
+    };
+    tokio::spawn(status::run(
+        fake.client(),
+        report.clone(),
+        settings,
+        None,
+        stopped,
+    ));
+    // The reconciler is watching (an empty list) before the objects come.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let names: Vec<String> = (0..200).map(|i| format!("k{i:03}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        fake.upsert(if i % 2 == 0 {
+            job_karta(n)
+        } else {
+            widget_karta(n)
+        });
+    }
+    let took = until(
+        "200 Kartas labelled and written",
+        Duration::from_secs(5),
+        || {
+            names.iter().all(|n| {
+                let o = fake.get(KARTAS, n).unwrap_or_default();
+                o["metadata"]["labels"]["run.ai/karta-kind"].is_string()
+                    && condition(&o, "Ready").is_object()
+            })
+        },
+    )
+    .await;
+    eprintln!("200 Kartas reconciled in {took:?}");
+    // The writes' own events come back: nothing more is written, nothing conflicts.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for n in &names {
+        assert_eq!(status_writes(&fake, n, 200), 1, "{n}");
+        assert_eq!(status_writes(&fake, n, 409), 0, "{n}");
+    }
+    // An edit costs one write and no conflict.
+    fake.edit(KARTAS, "k000", |o| {
+        o["metadata"]["generation"] = json!(2);
+    });
+    until("observedGeneration 2", Duration::from_secs(5), || {
+        condition(&fake.get(KARTAS, "k000").unwrap(), "Ready")["observedGeneration"] == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(status_writes(&fake, "k000", 200), 2);
+    assert_eq!(status_writes(&fake, "k000", 409), 0);
+    let _ = stop.send(true);
+}

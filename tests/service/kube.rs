@@ -96,7 +96,7 @@ pub(crate) fn start_with(
 ) -> (Arc<Index>, Arc<LoadReport>, Running) {
     let index = Arc::new(Index::new(Catalog::default(), &[source::SOURCE]));
     let report = Arc::new(LoadReport::default());
-    let publisher = Publisher::new(Layers::new(), index.clone(), report.clone());
+    let publisher = Publisher::new(Layers::default(), index.clone(), report.clone());
     publisher.update(|_| {});
     let task = tokio::spawn(source::run(
         client,
@@ -115,13 +115,23 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// The `apiVersion` of the cached object of this kind/namespace/name, if one is cached.
+fn cached_api_version(index: &Index, kind: &str, namespace: &str, name: &str) -> Option<String> {
+    index
+        .objects_where(|m| m.kind == kind && m.namespace == namespace && m.name == name)
+        .pop()
+        .map(|m| m.api_version)
+}
+
 fn jobset(index: &Index) -> Option<Arc<pb::Workload>> {
-    index.workload(&pb::ObjectRef {
-        kind: "JobSet".into(),
-        namespace: "ml".into(),
-        name: "llama-train".into(),
-        ..Default::default()
-    })
+    index
+        .published(&pb::ObjectRef {
+            kind: "JobSet".into(),
+            namespace: "ml".into(),
+            name: "llama-train".into(),
+            ..Default::default()
+        })
+        .map(|p| Arc::new(p.graph()))
 }
 
 fn current_pods(index: &Index) -> u32 {
@@ -227,7 +237,7 @@ async fn watch_events(http: bool) {
     eventually("the pod watch", || fake.open_watches(PODS) == 1).await;
 
     // DELETED pod → the JobSet is MODIFIED with 2 pods.
-    let rev = index.revision();
+    let rev = index.board().revision();
     fake.delete(WORKER_POD, false);
     eventually("the pod deletion", || {
         jobset_change(&index, rev) == Some((pb::EventType::Modified, 2))
@@ -235,10 +245,10 @@ async fn watch_events(http: bool) {
     .await;
 
     // BOOKMARK is harmless: nothing changes, no relist.
-    let rev = index.revision();
+    let rev = index.board().revision();
     fake.bookmark();
     tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(index.revision(), rev);
+    assert_eq!(index.board().revision(), rev);
     assert_eq!(current_pods(&index), 2);
 
     // ADDED: the pod comes back.
@@ -280,7 +290,7 @@ async fn gone_relists(http: bool) {
     let fake = cluster(true);
     let (index, _running) = synced_seed(http, &fake).await;
     eventually("the JobSet watch", || fake.open_watches(JOBSETS) == 1).await;
-    let rev = index.revision();
+    let rev = index.board().revision();
     // The JobSet vanishes without an event, then the watch expires (410 as an ERROR event).
     fake.delete(JOBSET_UID, true);
     fake.expire(JOBSETS);
@@ -292,16 +302,8 @@ async fn gone_relists(http: bool) {
     assert!(fake.requests(JOBSETS, false) >= 2, "relisted");
     // Pods were not re-listed, and the relist of one kind left the others' objects alone.
     assert_eq!(fake.requests(PODS, false), 1);
-    assert!(
-        index
-            .object_api_version("Pod", "ml", "llama-train-leader-0-0-q9wzt")
-            .is_some()
-    );
-    assert!(
-        index
-            .object_api_version("Job", "ml", "llama-train-leader-0")
-            .is_some()
-    );
+    assert!(cached_api_version(&index, "Pod", "ml", "llama-train-leader-0-0-q9wzt").is_some());
+    assert!(cached_api_version(&index, "Job", "ml", "llama-train-leader-0").is_some());
     assert!(index.synced());
 }
 
@@ -446,12 +448,14 @@ fn widget_cluster() -> FakeApiServer {
 }
 
 fn widget(index: &Index) -> Option<Arc<pb::Workload>> {
-    index.workload(&pb::ObjectRef {
-        kind: "Widget".into(),
-        namespace: "ml".into(),
-        name: "w".into(),
-        ..Default::default()
-    })
+    index
+        .published(&pb::ObjectRef {
+            kind: "Widget".into(),
+            namespace: "ml".into(),
+            name: "w".into(),
+            ..Default::default()
+        })
+        .map(|p| Arc::new(p.graph()))
 }
 
 fn widget_pods(index: &Index) -> Option<(u32, u32)> {
@@ -491,9 +495,7 @@ async fn karta_objects(http: bool) {
         "{parts:?}"
     );
     assert_eq!(
-        index
-            .object_api_version("WidgetPart", "ml", "w-part")
-            .as_deref(),
+        cached_api_version(&index, "WidgetPart", "ml", "w-part").as_deref(),
         Some("example.com/v1")
     );
 
@@ -585,8 +587,8 @@ fn directory_and_cluster_layers_compose() {
     std::fs::write(dir.join("gadget.json"), gadget.to_string()).unwrap();
     let index = Arc::new(Index::new(Catalog::default(), &[]));
     let report = Arc::new(LoadReport::default());
-    let publisher = Publisher::new(Layers::new(), index.clone(), report.clone());
-    let mut reloader = Reloader::new(&dir);
+    let publisher = Publisher::new(Layers::default(), index.clone(), report.clone());
+    let mut reloader = Reloader::new(&dir, Default::default());
     reloader.publish(&publisher);
     let covers = |kind: &str| index.catalog().covers("example.com", kind);
     assert!(covers("Gadget") && !covers("Widget"));
@@ -730,7 +732,7 @@ async fn kube_403_stops_gating_readiness_and_keeps_retrying() {
     );
     assert!(jobset(&index).is_none());
     assert!(
-        index.object_api_version("Job", "ml", JOBS_LEADER).is_some(),
+        cached_api_version(&index, "Job", "ml", JOBS_LEADER).is_some(),
         "other kinds are served"
     );
     // Still retrying: once RBAC is fixed the JobSet arrives.
@@ -785,7 +787,7 @@ fn secrets_and_config_maps_are_never_watched_even_if_a_definition_names_them() {
     );
     let (parsed, errors) = load::parse_text(&text, "secret-child.yaml");
     assert!(errors.is_empty(), "{errors:?}");
-    let (defs, errors) = catalog::compile_all(parsed, "test");
+    let (defs, errors) = catalog::compile_all(parsed, "test", Default::default());
     assert!(errors.is_empty(), "{errors:?}");
     assert!(
         defs.iter()
@@ -813,12 +815,14 @@ fn batch_job(namespace: &str, name: &str) -> serde_json::Value {
 }
 
 fn job(index: &Index, namespace: &str, name: &str) -> Option<Arc<pb::Workload>> {
-    index.workload(&pb::ObjectRef {
-        kind: "Job".into(),
-        namespace: namespace.into(),
-        name: name.into(),
-        ..Default::default()
-    })
+    index
+        .published(&pb::ObjectRef {
+            kind: "Job".into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            ..Default::default()
+        })
+        .map(|p| Arc::new(p.graph()))
 }
 
 #[tokio::test]
@@ -850,7 +854,7 @@ async fn kube_namespace_sharding_reads_only_its_namespace() {
 fn karta_events_that_change_no_spec_publish_nothing() {
     let index = Arc::new(Index::new(Catalog::default(), &[]));
     let report = Arc::new(LoadReport::default());
-    let publisher = Publisher::new(Layers::new(), index.clone(), report);
+    let publisher = Publisher::new(Layers::default(), index.clone(), report);
     publisher.update(|_| {});
     let mut karta = widget_karta("widgets", KARTA_UID, ".spec.replicas");
     publisher.update(|l| l.apply_cluster(KARTA_UID, "cluster:widgets", &karta));

@@ -2,6 +2,8 @@
 //! watched manifest directory and a hot-reloaded definitions directory.
 
 mod aggregator;
+#[path = "../common/attacks.rs"]
+mod attacks;
 #[path = "../common/process.rs"]
 mod process;
 #[path = "../common/workloads.rs"]
@@ -19,6 +21,7 @@ mod karta_admission;
 mod karta_status;
 mod kube;
 mod observability;
+mod patch;
 mod sources;
 mod strict;
 mod synth_cluster;
@@ -100,9 +103,9 @@ async fn start(history: usize) -> Harness {
     let report = Arc::new(LoadReport::default());
     let index =
         Arc::new(Index::new(Catalog::default(), &[manifests::SOURCE]).with_history(history));
-    let layers = definitions::Layers::new();
+    let layers = definitions::Layers::default();
     let publisher = definitions::Publisher::new(layers, index.clone(), report.clone());
-    let mut reloader = definitions::Reloader::new(&defs);
+    let mut reloader = definitions::Reloader::new(&defs, Default::default());
     reloader.publish(&publisher);
     tokio::spawn(manifests::run(index.clone(), dir.clone()));
     tokio::spawn(definitions::run(reloader, publisher));
@@ -423,7 +426,7 @@ async fn watch_snapshot_edits_deletes_resume_and_reset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_outside_the_history_resets() {
     let mut h = start(2).await;
-    let rev = h.index.revision();
+    let rev = h.index.board().revision();
     assert!(rev > 5, "loading the demo cluster made many changes");
     let mut s = h
         .client

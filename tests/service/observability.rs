@@ -3,7 +3,7 @@
 //! collector.
 
 use kartograf::definition::{Catalog, LoadReport};
-use kartograf::index::Index;
+use kartograf::index::{Index, Write};
 use kartograf::proto::v1 as pb;
 use kartograf::proto::v1::workload_resolver_client::WorkloadResolverClient;
 use kartograf::server::Shared;
@@ -381,7 +381,7 @@ async fn readyz_follows_the_first_sync_and_shutdown() {
     let (_, _, metrics) = get(addr, "/metrics").await;
     assert_eq!(value(&metrics, "kartograf_index_synced", &[]), 0.0);
 
-    index.mark_synced("never-synced");
+    index.batch().mark_synced("never-synced");
     assert_eq!(get(addr, "/readyz").await.0, 200);
     let (_, _, metrics) = get(addr, "/metrics").await;
     assert_eq!(value(&metrics, "kartograf_index_synced", &[]), 1.0);
@@ -399,7 +399,10 @@ async fn workload_series_follow_the_index() {
     let index = Arc::new(Index::new(Catalog::embedded().expect("catalog"), &[]));
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster");
     let (docs, _) = kartograf::source::manifests::read_once(&dir);
-    index.reset_converted("test", docs.into_iter().map(Ok).collect());
+    index.batch().write(Write::Reset {
+        source: "test".into(),
+        items: docs.into_iter().map(Ok).collect(),
+    });
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let shared = Shared::new(index.clone(), Arc::new(LoadReport::default()), rx);
     let text = shared.metrics.encode();
@@ -411,16 +414,17 @@ async fn workload_series_follow_the_index() {
     };
     assert!(named(&text) > 0);
     let uid = index
-        .workload(&pb::ObjectRef {
+        .published(&pb::ObjectRef {
             kind: "JobSet".into(),
             namespace: "ml".into(),
             name: "llama-train".into(),
             ..Default::default()
         })
+        .map(|p| p.graph())
         .and_then(|w| w.r#ref.clone())
         .expect("the demo JobSet")
         .uid;
-    index.delete(&uid);
+    index.batch().write(Write::delete(&uid));
     let text = shared.metrics.encode();
     assert_eq!(named(&text), 0);
     assert!(
@@ -447,7 +451,7 @@ async fn gpu_pods_outside_workloads_are_exported() {
         let text = std::fs::read_to_string(file).expect("read");
         docs.extend(kartograf::manifest::parse_documents(&text).expect("parse"));
     }
-    index.reset("test", &docs);
+    index.batch().write(Write::reset("test", &docs));
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let shared = Shared::new(index.clone(), Arc::new(LoadReport::default()), rx);
     let joined = |text: &str, pod: &str| {
@@ -515,7 +519,12 @@ async fn gpu_pods_outside_workloads_are_exported() {
         },
         "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {"containers": []}}},
     });
-    index.apply(&job, "test").expect("apply the Job");
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("test", job.clone()))
+            .is_empty()
+    );
     let text = shared.metrics.encode();
     assert!(samples(&text, "kartograf_unowned_pod_gpus").is_empty());
     let eval = joined(&text, "llama-eval-workers-0-0-h7t2q").expect("joined to its Job");
@@ -523,7 +532,9 @@ async fn gpu_pods_outside_workloads_are_exported() {
     assert_eq!(eval["workload_name"], "llama-eval-workers-0");
 
     // A pod in no workload that holds no GPU (terminated) is not exported.
-    index.delete("3f1c2a9e-0041-4000-8000-000000000002");
+    index
+        .batch()
+        .write(Write::delete("3f1c2a9e-0041-4000-8000-000000000002"));
     let text = shared.metrics.encode();
     assert_eq!(samples(&text, "kartograf_unowned_pod_gpus").len(), 1);
     let mut finished = docs
@@ -532,7 +543,12 @@ async fn gpu_pods_outside_workloads_are_exported() {
         .cloned()
         .expect("the orphan pod");
     finished["status"]["phase"] = "Succeeded".into();
-    index.apply(&finished, "test").expect("apply the pod");
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("test", finished.clone()))
+            .is_empty()
+    );
     let text = shared.metrics.encode();
     assert!(samples(&text, "kartograf_unowned_pod_gpus").is_empty());
 }

@@ -260,12 +260,13 @@ async fn a_manifest_directory_removed_and_created_again_is_watched_at_once() {
     std::fs::write(dir.join("web.yaml"), deployment("b", 1)).unwrap();
     eventually(10, "the new directory is read", || {
         index
-            .workload(&pb::ObjectRef {
+            .published(&pb::ObjectRef {
                 kind: "Deployment".into(),
                 namespace: "web".into(),
                 name: "b".into(),
                 ..Default::default()
             })
+            .map(|p| p.graph())
             .is_some()
     })
     .await;
@@ -303,12 +304,13 @@ async fn reloads_that_change_no_workload_send_no_event_and_a_replaced_folder_is_
     let widget = super::by_name("Widget", "default", "w");
     eventually(20, "the widget resolves", || {
         h.index
-            .workload(&pb::ObjectRef {
+            .published(&pb::ObjectRef {
                 kind: "Widget".into(),
                 namespace: "default".into(),
                 name: "w".into(),
                 ..Default::default()
             })
+            .map(|p| p.graph())
             .is_some()
     })
     .await;

@@ -5,7 +5,7 @@
 
 use kartograf::definition::LoadReport;
 use kartograf::excerpt::{STATUS_BYTES, TEXT_BYTES};
-use kartograf::index::Index;
+use kartograf::index::{Index, Write};
 use kartograf::proto::v1 as pb;
 use kartograf::proto::v1::definitions_client::DefinitionsClient;
 use kartograf::proto::v1::workload_resolver_client::WorkloadResolverClient;
@@ -1137,15 +1137,21 @@ async fn page_tokens_survive_changes_and_never_loop() {
             "metadata": {"name": name, "namespace": ns, "uid": uid},
             "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}})
     };
-    index
-        .apply(&job("aaa-first", "early", "u-early"), "test")
-        .unwrap();
-    index
-        .apply(&job("zzz-last", "late", "u-late"), "test")
-        .unwrap();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("test", job("aaa-first", "early", "u-early")))
+            .is_empty()
+    );
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("test", job("zzz-last", "late", "u-late")))
+            .is_empty()
+    );
     let deleted = before[10].clone();
     let deleted_uid = all.workloads[10].r#ref.clone().unwrap().uid;
-    index.delete(&deleted_uid);
+    index.batch().write(Write::delete(&deleted_uid));
     let mut seen = names(&first);
     let mut token = first.next_page_token;
     let mut pages = 1;

@@ -8,7 +8,7 @@ mod synth;
 
 use crate::fake_apiserver::FakeApiServer;
 use kartograf::definition::Catalog;
-use kartograf::index::Index;
+use kartograf::index::{Index, Write};
 use kartograf::proto::v1 as pb;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -97,7 +97,7 @@ fn synth_is_deterministic_and_sized_as_asked() {
 fn synth_cluster_resolves_cleanly_through_the_index() {
     let cluster = cluster();
     let index = Index::new(Catalog::embedded().unwrap(), &[]);
-    let skipped = index.reset("synth", &cluster.all());
+    let skipped = index.batch().write(Write::reset("synth", &cluster.all()));
     assert!(skipped.is_empty(), "{skipped:?}");
     assert_clean(&index, &cluster);
 }
@@ -118,7 +118,12 @@ fn synth_cluster_resolves_cleanly_at_the_smallest_and_a_large_scale() {
         );
         assert_eq!(cluster.pods.len(), pods);
         let index = Index::new(Catalog::embedded().unwrap(), &[]);
-        assert!(index.reset("synth", &cluster.all()).is_empty());
+        assert!(
+            index
+                .batch()
+                .write(Write::reset("synth", &cluster.all()))
+                .is_empty()
+        );
         assert_clean(&index, &cluster);
     }
 }
@@ -134,7 +139,11 @@ fn synth_cluster_resolves_cleanly_from_a_manifest_directory() {
     let index = Index::new(Catalog::embedded().unwrap(), &[]);
     assert!(
         index
-            .reset_converted("manifests", docs.into_iter().map(Ok).collect())
+            .batch()
+            .write(Write::Reset {
+                source: "manifests".into(),
+                items: docs.into_iter().map(Ok).collect()
+            })
             .is_empty()
     );
     assert_clean(&index, &cluster);
@@ -181,17 +190,30 @@ async fn synth_cluster_resolves_cleanly_through_the_fake_api_server() {
 fn resource_version_only_pod_updates_publish_nothing() {
     let cluster = cluster();
     let index = Index::new(Catalog::embedded().unwrap(), &[]);
-    index.reset("synth", &cluster.all());
-    let before = index.revision();
+    index.batch().write(Write::reset("synth", &cluster.all()));
+    let before = index.board().revision();
     let mut pod = cluster.pods[0].clone();
     pod["metadata"]["resourceVersion"] = serde_json::Value::String("987654321".to_owned());
-    index.apply(&pod, "synth").unwrap();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("synth", pod.clone()))
+            .is_empty()
+    );
     assert_eq!(
-        index.revision(),
+        index.board().revision(),
         before,
         "resourceVersion alone changes no graph"
     );
     pod["status"]["phase"] = serde_json::Value::String("Failed".to_owned());
-    index.apply(&pod, "synth").unwrap();
-    assert!(index.revision() > before, "a phase change is published");
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("synth", pod.clone()))
+            .is_empty()
+    );
+    assert!(
+        index.board().revision() > before,
+        "a phase change is published"
+    );
 }

@@ -19,7 +19,7 @@ use crate::server::Shared;
 use bytes::Bytes;
 use hyper::StatusCode;
 use review::Mode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use wire::{Answer, Envelope, Response, Status};
 
 /// The validating route.
@@ -36,28 +36,72 @@ pub fn mode_of(path: &str) -> Option<Mode> {
     }
 }
 
-/// Answers one request body: 200 with the review's response (allowed or not), or 400 when
-/// the body is not an `admission.k8s.io/v1` AdmissionReview with a request.
+/// Answers one request body: 200 with the review's response (allowed or not), 400 when
+/// the body is not an `admission.k8s.io/v1` AdmissionReview with a request, or 429 (a
+/// denial, code 429) when no evaluation thread was free within the queue wait. The body is
+/// read on the evaluation thread too, never on the async workers.
 pub async fn handle(
     shared: &Shared,
     mode: Mode,
-    body: Bytes,
+    body: crate::server::http::BodyBytes,
     timeout: Duration,
 ) -> (StatusCode, Bytes) {
-    let envelope: Envelope = match serde_json::from_slice(&body) {
-        Ok(e) => e,
-        Err(e) => {
-            let message = format!(
-                "not an AdmissionReview: {}",
-                crate::excerpt::printable(&e.to_string(), crate::excerpt::PARSE_ERROR_BYTES)
-            );
-            return bad_request(message);
+    let catalog = shared.store.catalog();
+    let run = shared.evaluations.run(move || {
+        let answered =
+            envelope(&body.bytes).map(|head| review::answer(mode, &head, &body.bytes, &catalog));
+        drop(body);
+        answered
+    });
+    let ran = match tokio::time::timeout(timeout, run).await {
+        Ok(r) => r,
+        Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+            "the review took longer than {timeout:?}"
+        ))),
+    };
+    let (http, response) = match ran {
+        Ok(Ok(r)) => (StatusCode::OK, r),
+        Ok(Err(message)) => return bad_request(message),
+        Err(status) => {
+            let busy = status.code() == tonic::Code::ResourceExhausted;
+            let response = Response {
+                allowed: false,
+                status: Some(Status {
+                    status: "Failure".to_owned(),
+                    message: status.message().to_owned(),
+                    reason: if busy {
+                        "TooManyRequests"
+                    } else {
+                        "InternalError"
+                    }
+                    .to_owned(),
+                    code: if busy { 429 } else { 500 },
+                }),
+                ..Response::default()
+            };
+            let http = if busy {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            (http, response)
         }
     };
+    (http, encode(response))
+}
+
+/// The request head of an AdmissionReview body (its objects skipped), or why it is none.
+fn envelope(body: &[u8]) -> Result<wire::Head, String> {
+    let envelope: Envelope = serde_json::from_slice(body).map_err(|e| {
+        format!(
+            "not an AdmissionReview: {}",
+            crate::excerpt::printable(&e.to_string(), crate::excerpt::PARSE_ERROR_BYTES)
+        )
+    })?;
     if envelope.api_version.as_deref() != Some(wire::API_VERSION)
         || envelope.kind.as_deref() != Some(wire::KIND)
     {
-        return bad_request(format!(
+        return Err(format!(
             "expected apiVersion {} kind {}, got `{}` `{}`",
             wire::API_VERSION,
             wire::KIND,
@@ -65,53 +109,9 @@ pub async fn handle(
             crate::excerpt::echo(envelope.kind.as_deref().unwrap_or_default())
         ));
     }
-    let Some(head) = envelope.request else {
-        return bad_request("request is missing".to_owned());
-    };
-    let started = Instant::now();
-    let catalog = shared.store.catalog();
-    let uid = head.uid.clone();
-    let head = std::sync::Arc::new(head);
-    let room_until = started + super::karmada::QUEUE_WAIT.min(timeout);
-    let ran = crate::server::evaluations::Evaluations::retry_while_full(room_until, || {
-        let (catalog, head, body) = (catalog.clone(), head.clone(), body.clone());
-        let run = shared
-            .evaluations
-            .run(move || review::answer(mode, &head, &body, &catalog));
-        async move {
-            match tokio::time::timeout(timeout, run).await {
-                Ok(r) => r,
-                Err(_) => Err(tonic::Status::deadline_exceeded(format!(
-                    "the review took longer than {timeout:?}"
-                ))),
-            }
-        }
-    })
-    .await;
-    let response = match ran {
-        Ok(r) => r,
-        Err(status) => Response {
-            uid,
-            allowed: false,
-            status: Some(Status {
-                status: "Failure".to_owned(),
-                message: status.message().to_owned(),
-                reason: if status.code() == tonic::Code::ResourceExhausted {
-                    "TooManyRequests"
-                } else {
-                    "InternalError"
-                }
-                .to_owned(),
-                code: if status.code() == tonic::Code::ResourceExhausted {
-                    429
-                } else {
-                    500
-                },
-            }),
-            ..Response::default()
-        },
-    };
-    (StatusCode::OK, encode(response))
+    envelope
+        .request
+        .ok_or_else(|| "request is missing".to_owned())
 }
 
 fn bad_request(message: String) -> (StatusCode, Bytes) {

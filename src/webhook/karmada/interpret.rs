@@ -6,22 +6,22 @@
 //! components; their pod specs give node claims, priority classes and dependencies; the
 //! normalized status gives health and picks the member status that aggregation keeps.
 
-use super::extras::{self, Extras};
 use super::patch::{self, Step};
 use super::pods;
 use super::wire::{Component, ReplicaRequirements, Request, RequestStatus, Response};
 use crate::definition::plan::PodSpecSource;
 use crate::definition::{Catalog, Definition};
 use crate::excerpt::echo;
+use crate::expr::Expr;
 use crate::expr::value::Limits;
-use crate::expr::{EvalError, Expr};
 use crate::model::Object;
 use crate::model::resources::{Amounts, format_quantity};
 use crate::proto::v1 as pb;
+use crate::resolve::evaluate::Cut;
 use crate::resolve::{self, Prepared, Want, diagnostics::code};
 use jaq_json::Val;
 use serde_json::Value as Json;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -126,7 +126,6 @@ fn run(
         root: &root,
         json: object,
         deadline,
-        extras: extras::of(&def),
     };
     match op {
         "InterpretReplica" => ask.replica(),
@@ -206,7 +205,6 @@ struct Ask<'a> {
     root: &'a Object,
     json: &'a Json,
     deadline: Instant,
-    extras: Arc<Extras>,
 }
 
 impl Ask<'_> {
@@ -215,22 +213,23 @@ impl Ask<'_> {
     fn prepare(&self, root: &Object, want: Want) -> Answer<Prepared> {
         let prepared = resolve::prepare_with(self.def, root, Some(self.deadline), want);
         if let Some(d) = prepared.diagnostics().iter().find(|d| {
-            matches!(
-                d.code.as_str(),
-                code::DEADLINE
-                    | code::BUDGET_EXCEEDED
-                    | code::QUARANTINED
-                    | code::OBJECT_UNREADABLE
-            )
+            resolve::diagnostics::evaluation_cut_short(&d.code)
+                || d.code == code::OBJECT_UNREADABLE
+                || d.code == code::QUANTITY_OUT_OF_RANGE
         }) {
-            let status = if d.code == code::OBJECT_UNREADABLE {
-                400
+            let status = match d.code.as_str() {
+                code::OBJECT_UNREADABLE => 400,
+                code::QUANTITY_OUT_OF_RANGE => 422,
+                _ => 500,
+            };
+            let field = if d.expression.is_empty() {
+                String::new()
             } else {
-                500
+                format!(" (field `{}`)", echo(&d.expression))
             };
             return Err(Refusal::new(
                 status,
-                format!("{}: {}", d.code, echo(&d.message)),
+                format!("{}: {}{field}", d.code, echo(&d.message)),
             ));
         }
         Ok(prepared)
@@ -261,31 +260,26 @@ impl Ask<'_> {
         out
     }
 
-    /// Evaluates `expr` on the root; budget overruns count against the definition.
+    /// Evaluates `expr` on the root through the resolver's guarded evaluation (quarantine,
+    /// deadline, budget overruns counted against the definition).
     fn eval(&self, expr: &Expr, root: &Val, what: &str) -> Answer<Vec<Val>> {
-        if let Some(q) = self.def.breaker().quarantined() {
-            return Err(Refusal::new(
-                500,
-                format!(
-                    "definition `{}` is quarantined: {}",
-                    self.def.name, q.reason
+        resolve::evaluate::evaluate(self.def, expr, root, &[], Some(self.deadline)).map_err(|cut| {
+            match cut {
+                Cut::Quarantined(reason) => Refusal::new(
+                    500,
+                    format!("definition `{}` is quarantined: {reason}", self.def.name),
                 ),
-            ));
-        }
-        match expr.eval_with(root, &[], Some(self.deadline)) {
-            Ok(out) => Ok(out),
-            Err(EvalError::Budget(what_ran_out)) => {
-                self.def.breaker().record(what_ran_out);
-                Err(Refusal::new(
+                Cut::Deadline => Refusal::new(
+                    500,
+                    format!("{}: {what}: resolve deadline exceeded", code::DEADLINE),
+                ),
+                Cut::Budget(what_ran_out) => Refusal::new(
                     500,
                     format!("{what}: evaluation budget exceeded ({what_ran_out:?})"),
-                ))
+                ),
+                Cut::Failed(e) => Refusal::new(500, format!("{what}: {}", echo(&e.to_string()))),
             }
-            Err(e) => Err(Refusal::new(
-                500,
-                format!("{what}: {}", echo(&e.to_string())),
-            )),
-        }
+        })
     }
 
     /// The pod spec of every instance of component `c` (by position; `None` when missing).
@@ -420,12 +414,9 @@ impl Ask<'_> {
     fn names(&self, list: &[Instance]) -> Answer<Vec<String>> {
         let root = self.root.value();
         let mut given: BTreeMap<usize, Vec<String>> = BTreeMap::new();
-        for (c, compiled) in self.extras.names.iter().enumerate() {
-            if let Some(compiled) = compiled {
-                let expr = compiled
-                    .as_ref()
-                    .map_err(|e| Refusal::new(500, e.to_string()))?;
-                let out = self.eval(expr, &root, "componentNamePath")?;
+        for (c, comp) in self.def.components.iter().enumerate() {
+            if let Some(expr) = &comp.interpreter.name_path {
+                let out = self.eval(&expr.expr, &root, "componentNamePath")?;
                 given.insert(
                     c,
                     out.iter()
@@ -470,11 +461,8 @@ impl Ask<'_> {
         let list = self.instances(&prepared);
         // The writable location of each instance, if its component has one.
         let mut paths: BTreeMap<usize, Vec<Vec<Step>>> = BTreeMap::new();
-        for (c, parsed) in self.extras.assign.iter().enumerate() {
-            if let Some(parsed) = parsed {
-                let path = parsed
-                    .as_ref()
-                    .map_err(|e| Refusal::new(500, e.to_string()))?;
+        for (c, comp) in self.def.components.iter().enumerate() {
+            if let Some(path) = &comp.interpreter.assign_path {
                 let steps = path
                     .locations(self.json)
                     .map_err(|e| Refusal::new(422, format!("replicasAssignPath: {e}")))?;
@@ -493,7 +481,12 @@ impl Ask<'_> {
             .collect();
         let (i, path) = match writable.as_slice() {
             [one] => *one,
-            [] if self.extras.assign.iter().any(Option::is_some) => {
+            [] if self
+                .def
+                .components
+                .iter()
+                .any(|c| c.interpreter.assign_path.is_some()) =>
+            {
                 // The definition says where counts go, but this object has no such
                 // instance (no worker group): nothing can change.
                 return Ok(Response::default());
@@ -565,20 +558,30 @@ impl Ask<'_> {
             return Ok(Response::default());
         };
         let mut ops = Vec::new();
-        for parsed in self.extras.assign.iter().flatten() {
-            let path = parsed
-                .as_ref()
-                .map_err(|e| Refusal::new(500, e.to_string()))?;
+        for path in self
+            .def
+            .components
+            .iter()
+            .filter_map(|c| c.interpreter.assign_path.as_ref())
+        {
             let here = path
                 .locations(self.json)
                 .map_err(|e| Refusal::new(422, format!("replicasAssignPath: {e}")))?;
             for steps in here {
-                let Some(kept) = observed
-                    .pointer(&patch::pointer(&steps))
-                    .filter(|v| v.is_u64())
-                else {
+                let at = patch::pointer(&steps);
+                let Some(kept) = observed.pointer(&at).filter(|v| v.is_u64()) else {
                     continue;
                 };
+                if kept.as_u64().is_none_or(|n| n > i32::MAX as u64) {
+                    return Err(Refusal::new(
+                        422,
+                        format!(
+                            "observedObject{at}: {} is beyond int32 (at most {}); not retained",
+                            echo(&kept.to_string()),
+                            i32::MAX
+                        ),
+                    ));
+                }
                 let op = patch::set(self.json, &steps, kept.clone())
                     .map_err(|e| Refusal::new(422, format!("replicasAssignPath: {e}")))?;
                 ops.extend(op);
@@ -616,15 +619,30 @@ impl Ask<'_> {
         if statuses.is_empty() {
             return Ok(Response::default());
         }
+        // The bound on what is merged, checked before any work: one linear count.
+        let mut total = 0usize;
+        for status in &statuses {
+            total = total.saturating_add(nodes(status, MAX_MERGED_KEYS + 1));
+            if total > MAX_MERGED_KEYS {
+                return Err(too_many_keys());
+            }
+        }
+        let mut spend = Spend::new(self.deadline);
+        // Each member is judged on the object with its status: the object's size counts
+        // once per member.
+        let object_size = nodes(self.json, MAX_MERGED_KEYS);
         // The member whose normalized status is least advanced speaks for all.
         let mut worst: Option<(u8, &Json)> = None;
         for status in &statuses {
+            spend.work(object_size.saturating_add(nodes(status, MAX_MERGED_KEYS)))?;
             let mut member = self.json.clone();
             if let Some(map) = member.as_object_mut() {
                 map.insert("status".to_owned(), (*status).clone());
             }
             let root = parse(&member)?;
+            let before = crate::expr::budget::spent();
             let prepared = self.prepare(&root, STATUS)?;
+            spend.work(crate::expr::budget::spent().saturating_sub(before) as usize)?;
             let rank = rank(prepared.status().phase);
             if worst.is_none_or(|(r, _)| rank < r) {
                 worst = Some((rank, status));
@@ -640,7 +658,7 @@ impl Ask<'_> {
                 .copied()
                 .filter(|s| !std::ptr::eq(*s, representative))
                 .collect();
-            merge(&mut merged, &others, 0);
+            merge(&mut merged, &others, 0, &mut spend)?;
         }
         if let (Some(map), Some(generation)) = (
             merged.as_object_mut(),
@@ -657,39 +675,143 @@ impl Ask<'_> {
     }
 }
 
+/// Most member status entries one AggregateStatus merges (every key of every member's
+/// status, at every depth): more is refused (code 400) with this bound named.
+pub const MAX_MERGED_KEYS: usize = 262_144;
+
+/// What an AggregateStatus may spend besides its evaluations' own budgets: the deadline,
+/// the work budget (`--eval-work`, over the member loop, the members' evaluations and the
+/// merge together) and [`MAX_MERGED_KEYS`].
+struct Spend {
+    deadline: Instant,
+    work_left: u64,
+    keys_left: usize,
+    until_clock: u32,
+}
+
+impl Spend {
+    fn new(deadline: Instant) -> Spend {
+        Spend {
+            deadline,
+            work_left: crate::expr::budget::configured().work,
+            keys_left: MAX_MERGED_KEYS,
+            until_clock: 0,
+        }
+    }
+
+    fn work(&mut self, units: usize) -> Answer<()> {
+        let units = units as u64;
+        if units > self.work_left {
+            return Err(Refusal::new(
+                500,
+                format!(
+                    "{}: AggregateStatus exceeded the evaluation work budget (--eval-work {}) over its members and their merge",
+                    code::BUDGET_EXCEEDED,
+                    crate::expr::budget::configured().work
+                ),
+            ));
+        }
+        self.work_left -= units;
+        self.clock()
+    }
+
+    fn keys(&mut self, n: usize) -> Answer<()> {
+        if n > self.keys_left {
+            return Err(too_many_keys());
+        }
+        self.keys_left -= n;
+        self.work(n)
+    }
+
+    /// The deadline, read every 64 calls.
+    fn clock(&mut self) -> Answer<()> {
+        if self.until_clock == 0 {
+            self.until_clock = 64;
+            if Instant::now() >= self.deadline {
+                return Err(Refusal::new(
+                    500,
+                    format!(
+                        "{}: AggregateStatus ran past the resolve deadline",
+                        code::DEADLINE
+                    ),
+                ));
+            }
+        }
+        self.until_clock -= 1;
+        Ok(())
+    }
+}
+
+/// The refusal of statuses beyond [`MAX_MERGED_KEYS`].
+fn too_many_keys() -> Refusal {
+    Refusal::new(
+        400,
+        format!(
+            "AggregateStatus: the member statuses hold more than {MAX_MERGED_KEYS} keys and values to merge (the bound of one request)"
+        ),
+    )
+}
+
+/// The values of `json` (every array element and object entry, at every depth), counted up
+/// to `cap`.
+fn nodes(json: &Json, cap: usize) -> usize {
+    let mut n = 0usize;
+    let mut stack = vec![json];
+    while let Some(v) = stack.pop() {
+        n += 1;
+        if n >= cap {
+            return cap;
+        }
+        match v {
+            Json::Array(a) => stack.extend(a),
+            Json::Object(o) => stack.extend(o.values()),
+            _ => {}
+        }
+    }
+    n
+}
+
 /// How deep [`merge`] descends into status objects.
 const MERGE_DEPTH: usize = 16;
 
 /// Merges the other members' statuses into the representative's `into`: objects by key
 /// (members' keys the representative lacks are added), whole-number counters summed
 /// (except `observedGeneration`), everything else kept as the representative has it.
-fn merge(into: &mut Json, others: &[&Json], depth: usize) {
-    let Json::Object(map) = into else { return };
+/// Linear: one pass over each member's entries groups their values by key.
+fn merge(into: &mut Json, others: &[&Json], depth: usize, spend: &mut Spend) -> Answer<()> {
+    let Json::Object(map) = into else {
+        return Ok(());
+    };
     if depth >= MERGE_DEPTH {
-        return;
+        return Ok(());
     }
-    let mut keys: Vec<String> = map.keys().cloned().collect();
+    // Each key's values among the others (in member order), keys in first-seen order.
+    let mut order: Vec<&str> = Vec::new();
+    let mut groups: HashMap<&str, Vec<&Json>> = HashMap::new();
     for other in others {
-        for k in other.as_object().into_iter().flat_map(|o| o.keys()) {
-            if !map.contains_key(k) && !keys.contains(k) {
-                keys.push(k.clone());
+        let Some(o) = other.as_object() else { continue };
+        spend.keys(o.len())?;
+        for (k, v) in o {
+            match groups.entry(k.as_str()) {
+                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().push(v),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    order.push(k.as_str());
+                    e.insert(vec![v]);
+                }
             }
         }
     }
-    for key in keys {
-        let values: Vec<&Json> = others.iter().filter_map(|o| o.get(&key)).collect();
+    let own: Vec<String> = map.keys().cloned().collect();
+    for key in own {
+        let Some(values) = groups.remove(key.as_str()) else {
+            continue;
+        };
         let Some(value) = map.get_mut(&key) else {
-            // Only other members have it: the first of them gives it, merged with the rest.
-            if let Some((first, rest)) = values.split_first() {
-                let mut v = (*first).clone();
-                merge(&mut v, rest, depth + 1);
-                map.insert(key, v);
-            }
             continue;
         };
         if value.is_object() {
             let objects: Vec<&Json> = values.into_iter().filter(|v| v.is_object()).collect();
-            merge(value, &objects, depth + 1);
+            merge(value, &objects, depth + 1, spend)?;
         } else if key != "observedGeneration"
             && let Some(mut sum) = value.as_i64()
             && values.iter().all(|v| v.is_i64())
@@ -700,6 +822,19 @@ fn merge(into: &mut Json, others: &[&Json], depth: usize) {
             *value = Json::from(sum);
         }
     }
+    // Only other members have it: the first of them gives it, merged with the rest.
+    for key in order {
+        let Some(values) = groups.remove(key) else {
+            continue;
+        };
+        if let Some((first, rest)) = values.split_first() {
+            spend.work(nodes(first, MAX_MERGED_KEYS))?;
+            let mut v = (*first).clone();
+            merge(&mut v, rest, depth + 1, spend)?;
+            map.insert(key.to_owned(), v);
+        }
+    }
+    Ok(())
 }
 
 /// The pod specs [`resolve::prepare_with`] kept, for each instance of `list`.

@@ -4,7 +4,6 @@
 //! resolve deadline. See `docs/karmada.md`.
 
 pub mod config;
-mod extras;
 pub mod interpret;
 mod patch;
 mod pods;
@@ -19,75 +18,53 @@ use wire::{Answer, Context, RequestStatus, Response};
 /// The route.
 pub const PATH: &str = "/karmada/interpret";
 
-/// How long a request waits for room when every evaluation thread is busy and their queue
-/// is full, before it is answered `successful: false` with code 429.
-pub const QUEUE_WAIT: Duration = Duration::from_millis(100);
-
-/// Answers one request body: 200 with the context's response (successful or not), or 400
-/// with an unsuccessful response when the body is not a `ResourceInterpreterContext`.
-pub async fn handle(shared: &Shared, body: Bytes, timeout: Duration) -> (StatusCode, Bytes) {
+/// Answers one request body: 200 with the context's response (successful or not), 400
+/// with an unsuccessful response when the body is not a `ResourceInterpreterContext`, or
+/// 429 (an unsuccessful response, code 429) when no evaluation thread was free within the
+/// queue wait. The body is decoded on the evaluation thread too, never on the async workers.
+pub async fn handle(
+    shared: &Shared,
+    body: crate::server::http::BodyBytes,
+    timeout: Duration,
+) -> (StatusCode, Bytes) {
     let started = Instant::now();
-    let context: Context = match serde_json::from_slice(&body) {
-        Ok(c) => c,
-        Err(e) => {
-            return bad_request(
-                shared,
-                started,
-                format!("not a ResourceInterpreterContext: {e}"),
-            );
-        }
-    };
-    if let Some(kind) = context.kind.as_deref().filter(|k| *k != wire::KIND) {
-        let message = format!("kind `{}`, not {}", crate::excerpt::echo(kind), wire::KIND);
-        return bad_request(shared, started, message);
-    }
-    if let Some(v) = context
-        .api_version
-        .as_deref()
-        .filter(|v| *v != wire::API_VERSION)
-    {
-        let message = format!(
-            "apiVersion `{}`, not {}",
-            crate::excerpt::echo(v),
-            wire::API_VERSION
-        );
-        return bad_request(shared, started, message);
-    }
-    let Some(request) = context.request else {
-        return bad_request(shared, started, "request is missing".to_owned());
-    };
-    let operation = request.operation.clone();
     let catalog = shared.store.catalog();
     let deadline = started + timeout;
-    let uid = request.uid.clone();
-    let request = std::sync::Arc::new(request);
-    // A full queue is usually a burst: wait a little for room before answering 429.
-    let room_until = started + QUEUE_WAIT.min(timeout);
-    let ran = crate::server::evaluations::Evaluations::retry_while_full(room_until, || {
-        let (catalog, request) = (catalog.clone(), request.clone());
-        shared
-            .evaluations
-            .run(move || interpret::answer(&catalog, &request, deadline))
-    })
-    .await;
-    let (response, kind) = match ran {
-        Ok(answered) => answered,
-        Err(status) => (
-            Response {
-                uid,
+    let ran = shared
+        .evaluations
+        .run(move || {
+            let answered = decode(&body.bytes).map(|request| {
+                let operation = request.operation.clone();
+                let (response, kind) = interpret::answer(&catalog, &request, deadline);
+                (operation, response, kind)
+            });
+            drop(body);
+            answered
+        })
+        .await;
+    let (operation, response, kind) = match ran {
+        Ok(Ok(answered)) => answered,
+        Ok(Err(message)) => return bad_request(shared, started, message),
+        Err(status) => {
+            let busy = status.code() == tonic::Code::ResourceExhausted;
+            let response = Response {
                 successful: false,
                 status: Some(RequestStatus {
                     message: status.message().to_owned(),
-                    code: if status.code() == tonic::Code::ResourceExhausted {
-                        429
-                    } else {
-                        500
-                    },
+                    code: if busy { 429 } else { 500 },
                 }),
                 ..Response::default()
-            },
-            String::new(),
-        ),
+            };
+            shared
+                .metrics
+                .karmada_request("other", "", "unsuccessful", started.elapsed());
+            let http = if busy {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            return (http, encode(response));
+        }
     };
     let result = if response.successful {
         "successful"
@@ -101,6 +78,33 @@ pub async fn handle(shared: &Shared, body: Bytes, timeout: Duration) -> (StatusC
         started.elapsed(),
     );
     (StatusCode::OK, encode(response))
+}
+
+/// The request of a `ResourceInterpreterContext` body, or why it is none.
+fn decode(body: &[u8]) -> Result<wire::Request, String> {
+    let context: Context = serde_json::from_slice(body)
+        .map_err(|e| format!("not a ResourceInterpreterContext: {e}"))?;
+    if let Some(kind) = context.kind.as_deref().filter(|k| *k != wire::KIND) {
+        return Err(format!(
+            "kind `{}`, not {}",
+            crate::excerpt::echo(kind),
+            wire::KIND
+        ));
+    }
+    if let Some(v) = context
+        .api_version
+        .as_deref()
+        .filter(|v| *v != wire::API_VERSION)
+    {
+        return Err(format!(
+            "apiVersion `{}`, not {}",
+            crate::excerpt::echo(v),
+            wire::API_VERSION
+        ));
+    }
+    context
+        .request
+        .ok_or_else(|| "request is missing".to_owned())
 }
 
 /// The metric label of an operation: one Karmada defines, else `other` (bounded labels).

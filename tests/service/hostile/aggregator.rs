@@ -84,6 +84,13 @@ impl WorkloadResolver for Fake {
         Err(Status::unimplemented("fake"))
     }
 
+    async fn patch(
+        &self,
+        _: Request<pb::PatchRequest>,
+    ) -> Result<Response<pb::PatchResponse>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
     type WatchStream = Events;
 
     async fn watch(

@@ -8,9 +8,12 @@
 #![allow(dead_code)]
 
 mod aggregator;
+mod doors;
 mod files;
 mod net;
+mod patch;
 mod resolve;
+mod weak_spots;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -40,6 +43,12 @@ pub fn scratch(tag: &str) -> PathBuf {
     d
 }
 
+/// The `kartograf` binary the cases run: this build's, or the one `KARTOGRAF_BIN` names (a
+/// release build, for the figures in BENCHMARKS.md).
+pub fn binary() -> String {
+    std::env::var("KARTOGRAF_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kartograf").to_owned())
+}
+
 /// `kartograf serve` as a child process on loopback ports of its own.
 pub struct Served {
     child: Child,
@@ -62,7 +71,7 @@ impl Served {
         let admin_port = free_port();
         let stderr = scratch("stderr").join("serve.log");
         let log = std::fs::File::create(&stderr).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_kartograf"))
+        let child = Command::new(binary())
             .arg("serve")
             .args(args)
             .args(["--listen", &format!("127.0.0.1:{grpc_port}")])
@@ -202,7 +211,7 @@ pub fn run_cli(args: &[&str], limit: Duration) -> (i32, String, u64) {
     let out_path = scratch("cli").join("out.log");
     let out = std::fs::File::create(&out_path).expect("log");
     let err = out.try_clone().expect("log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kartograf"))
+    let mut child = Command::new(binary())
         .args(args)
         .env_remove("KARTOGRAF_TOKEN")
         .stdin(Stdio::null())

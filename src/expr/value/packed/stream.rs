@@ -3,20 +3,22 @@
 //!
 //! The bytes are those [`Packed::pack`] writes for the same document parsed whole (the
 //! projection, each field's rule refined by what the field holds, keys sorted, numbers
-//! normalized). A duplicate key among the fields kept fails the parse (as a strict whole
-//! parse fails); duplicates among dropped fields are not looked for. Object entries are written as they are parsed
+//! normalized). A duplicate key fails the parse, among the fields kept and among those
+//! dropped alike ([`Unkept`]), as a strict whole parse fails. Object entries are written as they are parsed
 //! and put in key order when the object ends (one copy per nesting level); dropped fields
 //! are skipped by the parser. Limits are not enforced while parsing: the document is packed
-//! whole and [`Parsed::over`] tells whether it is beyond them, so a caller can still read
-//! the metadata of an object it will not keep (serde_json bounds nesting to 128 levels, and
+//! whole (but for long strings met past the size budget, written empty) and [`Parsed::over`]
+//! tells whether it is beyond them, so a caller can still read the metadata of an object it
+//! will not keep (serde_json bounds nesting to 128 levels, and
 //! the input's size bounds the output).
 
 use super::{ARRAY, FALSE, FLOAT, INT, KEYS, Keep, Keys, NO_ENV_CONTAINER, NULL, OBJECT, Packed};
 use super::{STRING, TRUE, learn, write_key, write_varint};
 use crate::expr::value::{ConvertError, Limits, float};
+use crate::manifest::{Unkept, UnkeptVisitor};
 use bytes::Bytes;
 use jaq_json::Num;
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
 /// A document packed while parsed (see the module docs).
@@ -63,6 +65,7 @@ impl<'de> DeserializeSeed<'de> for PackSeed<'_> {
                 capture,
                 captured: vec![None; capture.len()],
                 duplicate: None,
+                max_bytes: self.limits.max_bytes,
             };
             let all = if capture.is_empty() {
                 0
@@ -103,6 +106,10 @@ impl<'de> DeserializeSeed<'de> for PackSeed<'_> {
     }
 }
 
+/// Strings longer than this are not copied once a document is over its size budget (no
+/// metadata field the reader needs of such an object is this long).
+const ELIDED_STRING: usize = 1024;
+
 /// Containers without their environment.
 const CONTAINERS: Keep = Keep::Each(&NO_ENV_CONTAINER);
 
@@ -136,6 +143,8 @@ struct State<'k, 'c> {
     captured: Vec<Option<String>>,
     /// The first duplicate key found among kept fields.
     duplicate: Option<String>,
+    /// The size budget ([`Limits::max_bytes`]).
+    max_bytes: usize,
 }
 
 /// How a value's rule depends on what the value is (see `field_rule` in the parent module).
@@ -192,6 +201,13 @@ impl Node<'_, '_, '_, '_> {
             }
         }
         self.st.spent += s.len();
+        // Past the budget the object is not kept (only its metadata is read): a long string
+        // is not copied, so a huge value costs no second copy of itself.
+        let s = if self.st.spent > self.st.max_bytes && s.len() > ELIDED_STRING {
+            ""
+        } else {
+            s
+        };
         self.st.out.push(STRING);
         write_varint(&mut self.st.out, s.len() as u64);
         self.st.out.extend_from_slice(s.as_bytes());
@@ -302,7 +318,7 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
 
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<bool, A::Error> {
         if !self.keeps(false, true) {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            while seq.next_element::<Unkept>()?.is_some() {}
             return Ok(false);
         }
         let keep = match (self.refine, self.keep) {
@@ -332,7 +348,7 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<bool, A::Error> {
         if !self.keeps(true, false) {
-            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            UnkeptVisitor.visit_map(map)?;
             return Ok(false);
         }
         let start = self.st.out.len();
@@ -359,7 +375,7 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
             }
             let Some((rule, refine)) = child_rule(self.keep, key) else {
                 if capture == 0 {
-                    map.next_value::<IgnoredAny>()?;
+                    map.next_value::<Unkept>()?;
                 } else {
                     // A dropped string a path ends at is still captured.
                     if let Scalar(Some(text)) = map.next_value::<Scalar>()? {
@@ -370,7 +386,14 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
                         }
                     }
                 }
-                self.st.keytext.truncate(key_start);
+                // Kept as a dropped entry, so that a duplicate of it is found too.
+                let at = self.st.out.len();
+                self.st.entries.push(Entry {
+                    key: (key_start, self.st.keytext.len()),
+                    value: (at, at),
+                    kept: false,
+                    spent: 0,
+                });
                 continue;
             };
             let key_end = self.st.keytext.len();
@@ -492,12 +515,12 @@ impl<'de> de::Deserialize<'de> for Scalar {
             }
 
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                while seq.next_element::<Unkept>()?.is_some() {}
                 Ok(Scalar(None))
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Scalar, A::Error> {
+                UnkeptVisitor.visit_map(map)?;
                 Ok(Scalar(None))
             }
         }
@@ -583,17 +606,39 @@ mod tests {
     }
 
     #[test]
-    fn a_duplicate_key_among_kept_fields_fails_the_parse() {
+    fn a_duplicate_key_kept_or_dropped_fails_the_parse() {
         for (text, keep) in [
             (r#"{"dup": 1, "dup": {"x": 2}}"#, &Keep::All),
             (r#"{"spec": "first", "spec": {"x": 1}}"#, &RULE),
             (r#"{"spec": {"x": 1, "x": 2, "w": 3}}"#, &RULE),
+            // Fields the rule drops: the same rule.
+            (r#"{"kind": "K", "z": 1, "z": 2}"#, &RULE),
+            (r#"{"kind": "K", "z": {"a": [{"b": 1, "b": 2}]}}"#, &RULE),
+            (
+                r#"{"kind": "K", "z": {"k0": 0, "k1": 1, "k2": 2, "k3": 3, "k4": 4, "k5": 5, "k6": 6, "k7": 7, "k8": 8, "k9": 9, "ka": 10, "kb": 11, "kc": 12, "kd": 13, "ke": 14, "kf": 15, "kg": 16, "kh": 17, "k3": 18}}"#,
+                &RULE,
+            ),
         ] {
             let e = try_parse(text, keep, Limits::default()).expect_err(text);
             assert!(e.to_string().contains("duplicate key"), "{text}: {e}");
         }
-        // A field the rule drops is never looked at.
-        assert!(try_parse(r#"{"kind": "K", "z": 1, "z": 2}"#, &RULE, Limits::default()).is_ok());
+        assert!(
+            try_parse(
+                r#"{"kind": "K", "z": {"a": [{"b": 1}, {"b": 2}], "\u0062": 1, "b": 2}}"#,
+                &RULE,
+                Limits::default()
+            )
+            .is_err(),
+            "an escaped key is the same key"
+        );
+        assert!(
+            try_parse(
+                r#"{"kind": "K", "z": {"a": [{"b": 1}, {"b": 2}]}, "y": 1}"#,
+                &RULE,
+                Limits::default()
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! The webhook's TLS identity, re-read when its files change (as cert-manager and kubelet
-//! rotate a mounted Secret): each new connection uses the newest certificate that loads; a
-//! pair that fails to load keeps the last good one (with a warning).
+//! The TLS identity of an HTTP/1 listener (today the webhook port's, whose flags the errors
+//! name), re-read when its files change (as cert-manager and kubelet rotate a mounted
+//! Secret): each new connection uses the newest certificate that loads; a pair that fails to
+//! load keeps the last good one (with a warning).
 
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
