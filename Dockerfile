@@ -13,7 +13,7 @@ COPY proto proto
 COPY catalog catalog
 RUN mkdir -p src benches tests/engine tests/service tests/conformance \
     && echo 'fn main() {}' > src/main.rs \
-    && touch src/lib.rs benches/resolve.rs benches/service.rs benches/scale.rs benches/aggregator.rs benches/e2e.rs benches/karmada.rs benches/gangs.rs benches/doors.rs \
+    && touch src/lib.rs benches/resolve.rs benches/service.rs benches/scale.rs benches/aggregator.rs benches/e2e.rs benches/karmada.rs benches/gangs.rs benches/doors.rs benches/patch.rs \
         tests/engine/main.rs tests/service/main.rs tests/conformance/main.rs \
     && cargo build --release --locked --bin kartograf \
     && rm -rf src

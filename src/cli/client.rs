@@ -623,52 +623,42 @@ pub fn gangs(
     })
 }
 
-/// `patch` from a server: the `Patch` RPC, the workload found as `describe` finds it.
-pub fn patch(args: &super::patch::Args, intents: pb::PatchIntents) -> anyhow::Result<ExitCode> {
-    use super::patch::Output;
+/// `patch` from a server: the `Patch` RPC, the workload found as `describe` finds it. Answers
+/// the server's patch text, or the exit code when the call failed (its message printed).
+pub fn patch(
+    server: &ServerArgs,
+    target: Option<&str>,
+    intents: pb::PatchIntents,
+    output: pb::PatchOutput,
+) -> anyhow::Result<Result<String, ExitCode>> {
     runtime()?.block_on(async {
-        let mut client = connect(&args.server).await?;
-        let what = args.target.clone().unwrap_or_default();
-        let (kind, name) = split_kind_name(&what);
+        let mut client = connect(server).await?;
+        let what = target.unwrap_or_default();
+        let (kind, name) = split_kind_name(what);
         let Some(name) = name else {
             anyhow::bail!("patch takes KIND/NAME (or -f FILE… for a snapshot)")
         };
-        let resolve = full_request(&mut client, &args.server, &kind, name).await;
+        let resolve = full_request(&mut client, server, &kind, name).await;
         let Some(pb::resolve_request::Target::Workload(workload)) = resolve.target else {
             anyhow::bail!("patch takes KIND/NAME");
         };
         let req = pb::PatchRequest {
             target: Some(pb::patch_request::Target::Workload(workload)),
             intents: Some(intents),
-            output: match args.output {
-                Output::JsonPatch => pb::PatchOutput::JsonPatch,
-                Output::MergePatch => pb::PatchOutput::MergePatch,
-                Output::Yaml => pb::PatchOutput::Object,
-            } as i32,
+            output: output as i32,
             dry_run: false,
             cluster: resolve.cluster,
         };
         match client.patch(req).await {
-            Ok(r) => {
-                let r = r.into_inner();
-                let text = if args.output == Output::Yaml {
-                    let v: serde_json::Value =
-                        serde_json::from_str(&r.patch_json).context("the server's object")?;
-                    serde_saphyr::to_string(&v).context("encoding YAML")?
-                } else {
-                    r.patch_json
-                };
-                super::print_out(text.trim_end());
-                Ok(ExitCode::SUCCESS)
-            }
+            Ok(r) => Ok(Ok(r.into_inner().patch_json)),
             Err(e)
                 if e.code() == tonic::Code::FailedPrecondition
                     && e.message().starts_with("definition `") =>
             {
                 eprintln!("error: {}", e.message());
-                Ok(ExitCode::from(super::patch::EXIT_REFUSED))
+                Ok(Err(ExitCode::from(super::EXIT_REFUSED)))
             }
-            Err(e) => failed(e),
+            Err(e) => failed(e).map(Err),
         }
     })
 }

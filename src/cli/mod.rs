@@ -25,6 +25,8 @@ pub const EXIT_NO_DEFINITION: u8 = 4;
 pub const EXIT_GANGS: u8 = 5;
 /// Exit code: `gangs --verify` found something.
 pub const EXIT_GANG_FINDINGS: u8 = 6;
+/// Exit code: `patch` — the definition cannot express an intent (nothing was output).
+pub const EXIT_REFUSED: u8 = 7;
 
 /// Resolves Kubernetes AI workloads of any framework into normalized workload graphs.
 #[derive(Debug, Parser)]

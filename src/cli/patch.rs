@@ -15,8 +15,7 @@ use serde_json::Value as Json;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Exit code: the definition cannot express an intent (nothing was output).
-pub const EXIT_REFUSED: u8 = 7;
+pub use super::EXIT_REFUSED;
 /// Exit code: `--apply` found the object changed since it was read (a failed `test`
 /// precondition, 409 or 422): nothing was written.
 pub const EXIT_CONFLICT: u8 = 8;
@@ -175,6 +174,32 @@ fn refused(e: PatchRefused) -> ExitCode {
     })
 }
 
+/// `patch --server`: the server computes the patch; YAML is converted here.
+fn from_server(args: &Args, intents: &Intents) -> anyhow::Result<ExitCode> {
+    let output = match args.output {
+        Output::JsonPatch => pb::PatchOutput::JsonPatch,
+        Output::MergePatch => pb::PatchOutput::MergePatch,
+        Output::Yaml => pb::PatchOutput::Object,
+    };
+    let text = match super::client::patch(
+        &args.server,
+        args.target.as_deref(),
+        to_proto(intents),
+        output,
+    )? {
+        Ok(text) => text,
+        Err(code) => return Ok(code),
+    };
+    let text = if args.output == Output::Yaml {
+        let v: serde_json::Value = serde_json::from_str(&text).context("the server's object")?;
+        serde_saphyr::to_string(&v).context("encoding YAML")?
+    } else {
+        text
+    };
+    super::print_out(text.trim_end());
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs `patch`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let intents = args.intents()?;
@@ -183,7 +208,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return apply(&args, &catalog, &intents);
     }
     if args.files.is_empty() {
-        return super::client::patch(&args, to_proto(&intents));
+        return from_server(&args, &intents);
     }
     let catalog = super::load_catalog(&args.definitions)?;
     let snapshot = Snapshot::load(&args.files, Limits::default()).map_err(anyhow::Error::msg)?;

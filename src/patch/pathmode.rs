@@ -4,7 +4,7 @@
 //!
 //! Like jq's `path(f)`: `.a`, `.[n]`, `.[]` (arrays by index, objects in sorted key order),
 //! `|`, `,`, `as $x` (a variable bound to a path stays a path), `if … then … else … end`
-//! (conditions read the object), and `l // r` (the truthy paths of `l`, else those of `r`).
+//! (conditions read the object), `select(cond)`, and `l // r` (the truthy paths of `l`, else those of `r`).
 //! Deliberate extensions, so that read-only idioms of the catalog can be written (see
 //! docs/patch.md): `l // LITERAL` is `l` (the location is created when missing), `l + r` is
 //! `r` when `r` is a path (the right operand wins a merge) and `l` when `r` is a literal, and
@@ -95,6 +95,8 @@ enum P {
     And(Box<P>, Box<P>),
     Or(Box<P>, Box<P>),
     Not,
+    /// `select(cond)`: the input when `cond` is truthy (once per truthy output, as jq).
+    Select(Box<P>),
     /// Parsed, but outside the subset (the phrase names it).
     Other(&'static str),
 }
@@ -160,6 +162,7 @@ fn lower(t: &Term<&str>, depth: usize) -> P {
             "empty" => P::Other("empty"),
             _ => P::Other("a function call"),
         },
+        Term::Call("select", args) if args.len() == 1 => P::Select(b(&args[0])),
         Term::Var(v) => P::Var(v.trim_start_matches('$').to_owned()),
         Term::Arr(_) => P::Arr,
         Term::Obj(entries) => {
@@ -445,6 +448,14 @@ impl Cx<'_> {
                     Some(e) => self.targets(e, input, env, out),
                     None => push(out, input.clone()),
                 }
+            }
+            P::Select(cond) => {
+                for v in self.values(cond, input, env)? {
+                    if truthy(&v) {
+                        push(out, input.clone())?;
+                    }
+                }
+                Ok(())
             }
             P::Lit(_) | P::Arr => Err(Stop::NotAssignable("a literal")),
             P::Cmp(..) | P::And(..) | P::Or(..) | P::Not => {
@@ -772,6 +783,29 @@ mod tests {
         let meta = targets("{annotations: (.spec.ann // {})}", &doc).unwrap();
         assert_eq!(meta[0].field("annotations"), Some(at(&["spec", "ann"])));
         assert_eq!(meta[0].field("labels"), None);
+    }
+
+    #[test]
+    fn select_keeps_the_locations_whose_condition_holds() {
+        let doc = json!({"spec": {"templates": [
+            {"name": "dag", "dag": {}},
+            {"name": "a", "container": {"image": "x"}},
+            {"name": "b", "script": {"image": "y"}, "schedulerName": "old"}
+        ]}});
+        let src =
+            ".spec.templates[] | select(.container != null or .script != null) | .schedulerName";
+        assert_eq!(
+            targets(src, &doc).unwrap(),
+            vec![
+                at(&["spec", "templates", "1", "schedulerName"]),
+                at(&["spec", "templates", "2", "schedulerName"])
+            ]
+        );
+        assert!(
+            targets(".spec | select(.none == 1)", &doc)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

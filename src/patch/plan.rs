@@ -37,6 +37,8 @@ impl Field {
 }
 
 /// Where a component's pods are described.
+// One per component, built once per definition load: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Shape {
     /// `podTemplateSpecPath`.

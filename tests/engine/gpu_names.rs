@@ -29,7 +29,11 @@ spec:
 fn resolve_box(spec: &str, pod_requests: &str) -> kartograf::resolve::Resolution {
     let (parsed, errors) = load::parse_text(DEFINITION, "box.yaml");
     assert!(errors.is_empty(), "{errors:?}");
-    let (defs, errors) = catalog::compile_all(parsed, "test");
+    let (defs, errors) = catalog::compile_all(
+        parsed,
+        "test",
+        kartograf::definition::LoadOptions::default(),
+    );
     assert!(errors.is_empty(), "{errors:?}");
     let cat = Catalog::from_layers(1, [defs]);
     let snapshot = format!(

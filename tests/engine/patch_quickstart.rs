@@ -22,6 +22,7 @@ fn the_quickstart_read_back_equals_upstreams_recorded_output() {
     let (defs, errors) = load_path(
         &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/conformance/definitions/karta/docs/catalog"),
+        kartograf::definition::LoadOptions::default(),
     );
     assert!(errors.is_empty(), "{errors:?}");
     let intents = Intents {
@@ -50,7 +51,13 @@ fn the_quickstart_read_back_equals_upstreams_recorded_output() {
                 continue;
             };
             let ids: Vec<String> = match &c.instance_ids {
-                Some(e) => e.expr.eval(&val).unwrap().iter().map(value::to_text).collect(),
+                Some(e) => e
+                    .expr
+                    .eval(&val)
+                    .unwrap()
+                    .iter()
+                    .map(value::to_text)
+                    .collect(),
                 None => vec![String::new()],
             };
             let templates: Vec<Value> = Expr::compile(t.source())
