@@ -307,15 +307,26 @@ impl Gate {
 
     /// `io` guarded, or `None` (drop it: that closes it) when the limit is reached.
     pub fn admit<IO>(&self, io: IO, remote: Option<SocketAddr>) -> Option<Guarded<IO>> {
+        self.try_admit(io, remote).ok()
+    }
+
+    /// `io` guarded, or given back when the limit is reached.
+    fn try_admit<IO>(&self, io: IO, remote: Option<SocketAddr>) -> Result<Guarded<IO>, IO> {
         let conn = Arc::new(Conn::new(self.limits));
         let place = match &self.slots {
-            Slots::Fixed(permits) => Place::Permit(permits.clone().try_acquire_owned().ok()?),
+            Slots::Fixed(permits) => match permits.clone().try_acquire_owned() {
+                Ok(p) => Place::Permit(p),
+                Err(_) => return Err(io),
+            },
             Slots::Evicting(registry) => {
-                Place::Slot(self.take_slot(registry, remote.map(|r| r.ip()), &conn)?)
+                match self.take_slot(registry, remote.map(|r| r.ip()), &conn) {
+                    Some(slot) => Place::Slot(slot),
+                    None => return Err(io),
+                }
             }
         };
         let now = now_ms();
-        Some(Guarded {
+        Ok(Guarded {
             io,
             conn,
             rule: self.rule,
@@ -401,7 +412,7 @@ pub fn incoming(
                     // Responses span several segments: without TCP_NODELAY, Nagle and
                     // delayed ACKs add ~40 ms.
                     let _ = stream.set_nodelay(true);
-                    match gate.admit(stream, Some(remote)) {
+                    match admit_or_wait(&gate, stream, Some(remote)).await {
                         Some(guarded) => return Some((Ok(guarded), (listener, gate))),
                         None => refused(port, gate.limits.max_connections),
                     }
@@ -414,6 +425,34 @@ pub fn incoming(
             }
         }
     })
+}
+
+/// Longest an evicting gate's accept loop waits for a connection to become evictable.
+const ADMIT_WAIT: Duration = Duration::from_millis(250);
+
+/// `stream` admitted by `gate`. At an evicting gate's cap where no connection can be evicted
+/// yet (every one is serving a request or has not been read from: after a burst of
+/// connections, or with the server's threads busy), waits up to [`ADMIT_WAIT`] for one to
+/// become evictable, as the connections already accepted get read, instead of closing the
+/// new one at once. Connections arriving meanwhile wait in the listen backlog.
+async fn admit_or_wait<IO>(
+    gate: &Gate,
+    mut stream: IO,
+    remote: Option<SocketAddr>,
+) -> Option<Guarded<IO>> {
+    let started = tokio::time::Instant::now();
+    loop {
+        match gate.try_admit(stream, remote) {
+            Ok(guarded) => return Some(guarded),
+            Err(back) => {
+                if !matches!(gate.slots, Slots::Evicting(_)) || started.elapsed() >= ADMIT_WAIT {
+                    return None;
+                }
+                stream = back;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
 }
 
 /// Logs a connection refused at the limit (at most once every 10 s).
@@ -784,5 +823,43 @@ mod tests {
         let _r1 = other.conn().request();
         let _r2 = again.conn().request();
         assert!(admit(peer(4)).is_none(), "all busy: closed at once");
+    }
+
+    #[tokio::test]
+    async fn at_the_cap_a_new_connection_waits_for_one_to_be_read_before_it_is_refused() {
+        let gate = Gate::http(
+            Limits {
+                max_connections: 1,
+                ..limits()
+            },
+            8,
+        );
+        let (server, _c1) = tokio::io::duplex(64);
+        let mut unread = gate.admit(server, peer(1)).expect("first");
+        // The first connection is read 50 ms later (a server busy after a burst): the new
+        // one waits for that and evicts it instead of being closed at once.
+        let waiting = {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                let (server, client) = tokio::io::duplex(64);
+                admit_or_wait(&gate, server, peer(2))
+                    .await
+                    .map(|g| (g, client))
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut buf = [0u8; 8];
+        let _ = tokio::time::timeout(Duration::from_millis(1), unread.read(&mut buf)).await;
+        let admitted = waiting.await.expect("joins");
+        assert!(admitted.is_some(), "admitted once the first was read");
+        read_fails_within(&mut unread, Duration::from_millis(100)).await;
+        // Serving a request for longer than the wait: refused after it.
+        let (mut serving, _c3) = admitted.expect("admitted");
+        let _ = tokio::time::timeout(Duration::from_millis(1), serving.read(&mut buf)).await;
+        let _request = serving.conn().request();
+        let started = std::time::Instant::now();
+        let (server, _c4) = tokio::io::duplex(64);
+        assert!(admit_or_wait(&gate, server, peer(3)).await.is_none());
+        assert!(started.elapsed() >= ADMIT_WAIT, "{:?}", started.elapsed());
     }
 }

@@ -213,7 +213,7 @@ fn slow_heads_do_not_lock_out_probes_or_webhook_requests() {
         for path in ["/livez", "/readyz"] {
             let (status, took, _) =
                 attacks::request(served.admin, "GET", path, b"", Duration::from_secs(1));
-            assert_eq!(status, 200, "{path} after {took:?}");
+            assert_eq!(status, 200, "{path} after {took:?}\n{}", served.log());
         }
         let (status, took, _) = post(
             webhook,
