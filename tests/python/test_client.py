@@ -475,7 +475,7 @@ def test_reflection_v1alpha_lists_and_describes_services(server):
 
     pool = DescriptorPool(db)
     resolver = pool.FindServiceByName("kartograf.v1.WorkloadResolver")
-    assert [m.name for m in resolver.methods] == ["Resolve", "List", "Watch", "Totals", "Gangs"]
+    assert [m.name for m in resolver.methods] == ["Resolve", "List", "Watch", "Totals", "Gangs", "Patch"]
     watch = resolver.methods_by_name["Watch"]
     assert watch.output_type.full_name == "kartograf.v1.WatchEvent"
     definitions = pool.FindServiceByName("kartograf.v1.Definitions")
