@@ -57,6 +57,7 @@ pub mod metrics;
 pub mod model;
 pub mod parallel;
 pub mod patch;
+pub mod policy;
 pub mod proto;
 pub mod random;
 pub mod resolve;

@@ -18,7 +18,7 @@ mod published;
 pub mod selector;
 
 pub use filter::{Filter, TotalsKey};
-pub use observed::{AttributedPod, PodMiss, Sizes, SourceProblem, UnownedGpuPod};
+pub use observed::{AttributedPod, NewPod, PodMiss, Sizes, SourceProblem, UnownedGpuPod};
 pub use placements::Placements;
 pub use published::Published;
 

@@ -61,3 +61,33 @@ pub struct SourceProblem {
     /// What is wrong.
     pub message: String,
 }
+
+/// Where a new pod belongs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NewPod {
+    /// In a workload: its root's kind and name, and the pod's component path (names from
+    /// the root component down, `.` between levels) and replica when resolution places it.
+    Placed {
+        /// The root's kind.
+        kind: String,
+        /// The root's name.
+        name: String,
+        /// The component path; `None` when no component claims the pod.
+        component: Option<String>,
+        /// The component instance (empty: a component without instances).
+        instance: String,
+        /// The replica key in a replicated component (empty: none).
+        replica: String,
+    },
+    /// Its controller chain leads to a kind with a definition whose object is not cached
+    /// (created moments ago): the owner reference's kind and name.
+    OwnerNotCached {
+        /// The owner's kind.
+        kind: String,
+        /// The owner's name.
+        name: String,
+    },
+    /// No workload: no kind in its chain has a definition, or the chain is not believable
+    /// (an owner in another namespace, an owner reference whose uid names another object).
+    None,
+}

@@ -225,7 +225,8 @@ pub struct Args {
     #[arg(long, env = "KARTOGRAF_PROBE_LISTEN", value_name = "ADDR")]
     pub probe_listen: Option<SocketAddr>,
     /// Serve the webhooks (Karmada's resource interpreter, `POST /karmada/interpret`; Karta
-    /// admission, `POST /karta/validate` and `POST /karta/mutate`) on
+    /// admission, `POST /karta/validate` and `POST /karta/mutate`; policies and workload
+    /// labels, `POST /mutate/workloads` and `POST /mutate/pods`) on
     /// this address: HTTPS with --webhook-tls-cert/--webhook-tls-key, plain HTTP without.
     #[arg(long, env = "KARTOGRAF_WEBHOOK_LISTEN", value_name = "ADDR")]
     pub webhook_listen: Option<SocketAddr>,
@@ -245,6 +246,11 @@ pub struct Args {
         requires = "webhook_tls_cert"
     )]
     pub webhook_tls_key: Option<PathBuf>,
+    /// Admission policies (YAML; see docs/policies.md) that `POST /mutate/workloads` applies:
+    /// re-read when the file changes; a file that fails its checks is reported (log,
+    /// ListSources, metrics) and the last good policies stay in force.
+    #[arg(long, env = "KARTOGRAF_POLICIES", value_name = "FILE")]
+    pub policies: Option<PathBuf>,
     /// Largest webhook request body, in bytes (larger ones get HTTP 413).
     #[arg(long, env = "KARTOGRAF_WEBHOOK_MAX_BODY_BYTES", default_value_t = crate::webhook::DEFAULT_MAX_BODY)]
     pub webhook_max_body_bytes: usize,
@@ -319,6 +325,17 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     shared = shared
         .with_ui_hosts(args.ui_allowed_hosts.clone())
         .with_max_watch_streams(args.max_watch_streams);
+    if let Some(path) = &args.policies {
+        let policies =
+            crate::policy::Live::load(path).map_err(|e| anyhow::anyhow!("--policies: {e}"))?;
+        tracing::info!(policies = policies.current().len(), file = %path.display(), "admission policies loaded");
+        tasks.watch(
+            "policy file",
+            tokio::spawn(reload_policies(policies.clone())),
+        );
+        shared = shared.with_policies(policies);
+    }
+    shared.metrics.count_policies(shared.policies.clone());
     let tokens = match &args.auth_tokens {
         Some(path) => {
             let tokens = Arc::new(server::Tokens::load(path).map_err(anyhow::Error::msg)?);
@@ -637,6 +654,33 @@ impl Tasks {
         }
     }
 }
+
+/// Re-reads the policy file every [`POLICY_RELOAD`] when it changed; a refused file is
+/// logged once per change and the last good policies stay.
+async fn reload_policies(policies: Arc<crate::policy::Live>) {
+    let mut tick = tokio::time::interval(POLICY_RELOAD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let live = policies.clone();
+        let reloaded = tokio::task::spawn_blocking(move || live.reload_if_changed()).await;
+        match reloaded {
+            Ok(Ok(true)) => tracing::info!(
+                policies = policies.current().len(),
+                "admission policies reloaded"
+            ),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => tracing::warn!(
+                error = %e,
+                "the policy file was refused; the last good policies stay in force"
+            ),
+            Err(e) => tracing::warn!(error = %e, "reading the policy file failed"),
+        }
+    }
+}
+
+/// How often the policy file is looked at.
+const POLICY_RELOAD: Duration = Duration::from_secs(2);
 
 fn nonzero(d: Duration) -> Option<Duration> {
     (!d.is_zero()).then_some(d)

@@ -9,6 +9,7 @@
 //! memoized per root version and catalog generation, so a pod change re-resolves without
 //! re-evaluating the root.
 
+mod admit;
 mod batch;
 mod feed;
 mod listing;

@@ -134,6 +134,48 @@ pub(super) struct Inventory {
     pub(super) report: Arc<LoadReport>,
     /// The Kubernetes source's counters, once it runs.
     pub(super) informers: Arc<std::sync::OnceLock<Arc<crate::source::kube::Counters>>>,
+    /// The admission policies, once a server sets them.
+    pub(super) policies: Arc<std::sync::OnceLock<Arc<crate::policy::Live>>>,
+}
+
+/// The admission policies in force, whether the file on disk was refused, and what the
+/// mutating webhook routes did.
+fn policies(e: &mut DescriptorEncoder, live: &crate::policy::Live) -> Result<(), Error> {
+    use crate::policy::Live;
+    use prometheus_client::encoding::NoLabelSet;
+    let none: [(&str, &str); 0] = [];
+    gauges(
+        e,
+        "kartograf_policies",
+        "Admission policies in force (serve --policies)",
+        [(none, live.current().len() as i64)],
+    )?;
+    gauges(
+        e,
+        "kartograf_policy_file_refused",
+        "1 while the policy file on disk fails its checks (the last good policies stay in force)",
+        [(none, i64::from(live.problem().is_some()))],
+    )?;
+    let c = &live.counters;
+    let mut metric = e.encode_descriptor(
+        "kartograf_admission_mutations",
+        "Mutating webhook answers, by route and outcome (workloads: patched, unchanged, failed; pods: labelled, owner_not_cached, unlabelled)",
+        None,
+        MetricType::Counter,
+    )?;
+    for (route, outcome, n) in [
+        ("workloads", "patched", &c.workloads_patched),
+        ("workloads", "unchanged", &c.workloads_unchanged),
+        ("workloads", "failed", &c.workloads_failed),
+        ("pods", "labelled", &c.pods_labelled),
+        ("pods", "owner_not_cached", &c.pods_owner_not_cached),
+        ("pods", "unlabelled", &c.pods_unlabelled),
+    ] {
+        metric
+            .encode_family(&[("route", route), ("outcome", outcome)])?
+            .encode_counter::<NoLabelSet, _, u64>(&Live::count(n), None)?;
+    }
+    Ok(())
 }
 
 /// The informer counters of a Kubernetes source, as three counter families by kind.
@@ -269,6 +311,9 @@ impl Collector for Inventory {
         let e = &mut encoder;
         if let Some(counters) = self.informers.get() {
             informers(e, counters)?;
+        }
+        if let Some(live) = self.policies.get() {
+            policies(e, live)?;
         }
         let sizes = self.source.sizes();
         let none: [(&str, &str); 0] = [];

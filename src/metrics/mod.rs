@@ -52,6 +52,8 @@ pub struct Metrics {
     watch_coalesced: Counter,
     /// The Kubernetes source's counters (read at scrape time), once one runs.
     informers: Arc<std::sync::OnceLock<Arc<crate::source::kube::Counters>>>,
+    /// The admission policies and the mutating routes' counters, once a server sets them.
+    policies: Arc<std::sync::OnceLock<Arc<crate::policy::Live>>>,
     karmada_requests: Family<KarmadaLabels, Counter>,
     karmada_duration: Family<OperationLabels, Histogram, fn() -> Histogram>,
 }
@@ -123,10 +125,12 @@ impl Metrics {
             karmada_duration.clone(),
         );
         let informers = Arc::new(std::sync::OnceLock::new());
+        let policies = Arc::new(std::sync::OnceLock::new());
         registry.register_collector(Box::new(inventory::Inventory {
             source,
             report,
             informers: informers.clone(),
+            policies: policies.clone(),
         }));
         Arc::new(Metrics {
             registry,
@@ -135,6 +139,7 @@ impl Metrics {
             watch_subscribers,
             watch_coalesced,
             informers,
+            policies,
             karmada_requests,
             karmada_duration,
         })
@@ -200,6 +205,12 @@ impl Metrics {
     /// errors by kind) from now on; only the first source given is read.
     pub fn count_informers(&self, counters: Arc<crate::source::kube::Counters>) {
         let _ = self.informers.set(counters);
+    }
+
+    /// Exposes the admission policies' state and the mutating routes' counters from now on;
+    /// only the first set given is read.
+    pub fn count_policies(&self, policies: Arc<crate::policy::Live>) {
+        let _ = self.policies.set(policies);
     }
 
     /// Every metric, in the OpenMetrics text format ([`CONTENT_TYPE`]).

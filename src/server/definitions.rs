@@ -157,6 +157,23 @@ impl pb::definitions_server::Definitions for DefinitionsService {
                 name,
             })
             .collect();
+        if let Some(path) = self.shared.policies.path() {
+            let path = path.display().to_string();
+            sources.push(pb::SourceInfo {
+                name: "policies".to_owned(),
+                synced: true,
+                problems: self
+                    .shared
+                    .policies
+                    .problem()
+                    .map(|message| pb::SourceProblem {
+                        path: excerpt(&path, TEXT_BYTES).into_owned(),
+                        message: excerpt(&message, TEXT_BYTES).into_owned(),
+                    })
+                    .into_iter()
+                    .collect(),
+            });
+        }
         for name in pending {
             if !sources.iter().any(|s| s.name == name) {
                 sources.push(pb::SourceInfo {

@@ -56,6 +56,9 @@ pub struct Shared {
     pub ui_hosts: Arc<[String]>,
     /// The cap on `Watch` streams open at once (`serve --max-watch-streams`).
     pub watch_limit: Arc<WatchLimit>,
+    /// The admission policies in force (`serve --policies`), and what the mutating
+    /// webhook routes did.
+    pub policies: Arc<crate::policy::Live>,
 }
 
 impl Shared {
@@ -75,7 +78,14 @@ impl Shared {
             evaluations: evaluations::Evaluations::for_machine(),
             ui_hosts: Arc::from(Vec::new()),
             watch_limit: WatchLimit::new(DEFAULT_MAX_WATCH_STREAMS),
+            policies: crate::policy::Live::empty(),
         }
+    }
+
+    /// Applies these admission policies (see [`crate::policy`]).
+    pub fn with_policies(mut self, policies: Arc<crate::policy::Live>) -> Shared {
+        self.policies = policies;
+        self
     }
 
     /// Keeps at most `max` `Watch` streams open at once.

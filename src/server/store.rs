@@ -6,8 +6,8 @@
 
 use super::validate;
 use super::wire::ResolveFrame;
-use crate::board::PodMiss;
 use crate::board::Published;
+use crate::board::{NewPod, PodMiss};
 use crate::excerpt::echo;
 use crate::index::Index;
 use crate::metrics::Observed;
@@ -45,6 +45,12 @@ pub trait Store: Observed + Send + Sync + 'static {
     fn root_object(&self, _uid: &str) -> Option<serde_json::Value> {
         None
     }
+
+    /// Where a pod being created (at admission, not cached yet) belongs; an aggregator,
+    /// which keeps no objects, knows none.
+    fn place_new_pod(&self, _pod: &crate::model::Pod) -> NewPod {
+        NewPod::None
+    }
 }
 
 /// NOT_FOUND for a cluster other than the index's own (`None` when it is that one, or any).
@@ -70,6 +76,10 @@ impl Store for Index {
 
     fn root_object(&self, uid: &str) -> Option<serde_json::Value> {
         self.object_json(uid)
+    }
+
+    fn place_new_pod(&self, pod: &crate::model::Pod) -> NewPod {
+        Index::place_new_pod(self, pod)
     }
 
     fn workload(&self, r: &pb::ObjectRef, cluster: &str) -> Result<Arc<Published>, Status> {

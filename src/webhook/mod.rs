@@ -5,6 +5,8 @@
 //! - `POST /karmada/interpret`: Karmada's resource interpreter ([`karmada`]).
 //! - `POST /karta/validate`, `POST /karta/mutate`: admission of Karta objects
 //!   ([`admission`], AdmissionReview v1).
+//! - `POST /mutate/workloads`, `POST /mutate/pods`: policies and workload labels at
+//!   admission of any kind with a definition ([`mutate`], AdmissionReview v1).
 //! - anything else: 404 (a known path with another method: 405).
 //!
 //! The port is served by the one HTTP/1 listener ([`crate::server::http`]). Bodies above
@@ -21,6 +23,7 @@
 
 pub mod admission;
 pub mod karmada;
+pub mod mutate;
 
 /// The listener's certificate, re-read when its files change.
 pub use crate::server::tls_reload as tls;
@@ -110,7 +113,8 @@ pub async fn route(
 ) -> Response<http::Body> {
     let path = request.uri().path();
     let admission = admission::mode_of(path);
-    if path != karmada::PATH && admission.is_none() {
+    let mutate = mutate::route_of(path);
+    if path != karmada::PATH && admission.is_none() && mutate.is_none() {
         return http::text(StatusCode::NOT_FOUND, "not found\n");
     }
     if request.method() != Method::POST {
@@ -128,9 +132,10 @@ pub async fn route(
         Ok(body) => body,
         Err(refused) => return refused.response(),
     };
-    let (status, answer) = match admission {
-        Some(mode) => admission::handle(shared, mode, body, settings.eval_timeout).await,
-        None => karmada::handle(shared, body, settings.eval_timeout).await,
+    let (status, answer) = match (admission, mutate) {
+        (Some(mode), _) => admission::handle(shared, mode, body, settings.eval_timeout).await,
+        (None, Some(route)) => mutate::handle(shared, route, body, settings.eval_timeout).await,
+        (None, None) => karmada::handle(shared, body, settings.eval_timeout).await,
     };
     json(status, answer)
 }

@@ -91,7 +91,7 @@ pub async fn handle(
 }
 
 /// The request head of an AdmissionReview body (its objects skipped), or why it is none.
-fn envelope(body: &[u8]) -> Result<wire::Head, String> {
+pub(crate) fn envelope(body: &[u8]) -> Result<wire::Head, String> {
     let envelope: Envelope = serde_json::from_slice(body).map_err(|e| {
         format!(
             "not an AdmissionReview: {}",
@@ -114,7 +114,7 @@ fn envelope(body: &[u8]) -> Result<wire::Head, String> {
         .ok_or_else(|| "request is missing".to_owned())
 }
 
-fn bad_request(message: String) -> (StatusCode, Bytes) {
+pub(crate) fn bad_request(message: String) -> (StatusCode, Bytes) {
     let mut message = message;
     crate::excerpt::bound(&mut message, crate::excerpt::STATUS_BYTES);
     let response = Response {
@@ -130,6 +130,6 @@ fn bad_request(message: String) -> (StatusCode, Bytes) {
     (StatusCode::BAD_REQUEST, encode(response))
 }
 
-fn encode(response: Response) -> Bytes {
+pub(crate) fn encode(response: Response) -> Bytes {
     Bytes::from(serde_json::to_vec(&Answer::new(response)).unwrap_or_default())
 }

@@ -38,6 +38,9 @@ pub struct Head {
     /// The object's name (empty on a create with `generateName`).
     #[serde(default)]
     pub name: Option<String>,
+    /// The object's namespace (set on a create even when the object's own is not).
+    #[serde(default)]
+    pub namespace: Option<String>,
     /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
     #[serde(default)]
     pub operation: String,

@@ -1,0 +1,110 @@
+//! The labels a pod gets naming its workload, and Kubernetes' label value rules for them.
+
+use crate::board::NewPod;
+use std::collections::BTreeMap;
+
+/// The root workload's kind.
+pub const WORKLOAD_KIND: &str = "kartograf.io/workload-kind";
+/// The root workload's name.
+pub const WORKLOAD_NAME: &str = "kartograf.io/workload-name";
+/// The component path (`.` between levels).
+pub const COMPONENT: &str = "kartograf.io/component";
+/// The component instance (a JobSet's replicated job, a Dynamo service, …).
+pub const INSTANCE: &str = "kartograf.io/instance";
+/// The replica key in a replicated component.
+pub const REPLICA: &str = "kartograf.io/replica";
+
+/// Longest label value Kubernetes accepts.
+const MAX_VALUE: usize = 63;
+
+/// `text` as a valid label value: characters outside `[A-Za-z0-9-_.]` become `-`, the ends
+/// are trimmed to alphanumerics, and a value longer than 63 characters keeps its first 54
+/// and a `-` and 8 hex digits of a hash of the whole (so distinct long names stay distinct).
+pub fn label_value(text: &str) -> String {
+    let mapped: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let trimmed = mapped.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    if trimmed.len() <= MAX_VALUE {
+        return trimmed.to_owned();
+    }
+    let head = trimmed[..54].trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    format!("{head}-{:08x}", fnv1a(text.as_bytes()))
+}
+
+fn fnv1a(bytes: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in bytes {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+/// The labels for a pod placed as `place` (empty: none).
+pub fn for_pod(place: &NewPod) -> BTreeMap<&'static str, String> {
+    let mut out = BTreeMap::new();
+    match place {
+        NewPod::Placed {
+            kind,
+            name,
+            component,
+            instance,
+            replica,
+        } => {
+            out.insert(WORKLOAD_KIND, label_value(kind));
+            out.insert(WORKLOAD_NAME, label_value(name));
+            if let Some(c) = component {
+                out.insert(COMPONENT, label_value(c));
+            }
+            if !instance.is_empty() {
+                out.insert(INSTANCE, label_value(instance));
+            }
+            if !replica.is_empty() {
+                out.insert(REPLICA, label_value(replica));
+            }
+        }
+        NewPod::OwnerNotCached { kind, name } => {
+            out.insert(WORKLOAD_KIND, label_value(kind));
+            out.insert(WORKLOAD_NAME, label_value(name));
+        }
+        NewPod::None => {}
+    }
+    out.retain(|_, v| !v.is_empty());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::patch::intents::check_label_value;
+
+    #[test]
+    fn every_value_is_a_valid_label_value() {
+        let long = "a".repeat(253);
+        let long2 = format!("{}b", "a".repeat(252));
+        for text in [
+            "llama-train",
+            "workers.gpu",
+            "a b/c",
+            "-lead-",
+            "ünïcode",
+            long.as_str(),
+            "---",
+            "",
+        ] {
+            let v = label_value(text);
+            assert!(check_label_value("value", &v).is_ok(), "{text:?} → {v:?}");
+        }
+        assert_eq!(label_value("llama-train"), "llama-train");
+        assert_eq!(label_value(&long).len(), 63);
+        assert_ne!(label_value(&long), label_value(&long2));
+    }
+}

@@ -1,0 +1,152 @@
+//! Mutating admission for any kind with a definition (`admission.k8s.io/v1` AdmissionReview):
+//!
+//! - `POST /mutate/workloads`: a workload a policy covers (`serve --policies`) gets the write
+//!   path's JSON Patch of the policies' intents ([`workloads`]).
+//! - `POST /mutate/pods`: a pod being created gets labels naming its workload, component and
+//!   replica ([`pods`]).
+//!
+//! Both always admit: a policy never blocks a workload and a label never blocks a pod. What
+//! could not be done is logged, counted and returned as a warning in the response. A body
+//! that is no AdmissionReview at all is answered 400 (a misconfigured caller, not a
+//! workload). The review is read and answered on the evaluation threads.
+
+pub mod labels;
+pub mod pods;
+pub mod workloads;
+
+use super::admission::wire::{Head, Objects, Response};
+use super::admission::{bad_request, encode, envelope};
+use crate::server::Shared;
+use bytes::Bytes;
+use hyper::StatusCode;
+use serde_json::Value as Json;
+use std::time::Duration;
+
+/// The workloads route.
+pub const WORKLOADS: &str = "/mutate/workloads";
+/// The pods route.
+pub const PODS: &str = "/mutate/pods";
+
+/// Which route a path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// [`WORKLOADS`].
+    Workloads,
+    /// [`PODS`].
+    Pods,
+}
+
+/// The route a path names.
+pub fn route_of(path: &str) -> Option<Route> {
+    match path {
+        WORKLOADS => Some(Route::Workloads),
+        PODS => Some(Route::Pods),
+        _ => None,
+    }
+}
+
+/// Answers one request body: 200 with an allowing response (with a patch or warnings), 400
+/// when the body is no `admission.k8s.io/v1` AdmissionReview with a request, 429 when no
+/// evaluation thread was free within the queue wait (the API server then applies the
+/// webhook's failure policy: `Ignore` in `deploy/webhook/`).
+pub async fn handle(
+    shared: &Shared,
+    route: Route,
+    body: crate::server::http::BodyBytes,
+    timeout: Duration,
+) -> (StatusCode, Bytes) {
+    let store = shared.store.clone();
+    let policies = shared.policies.clone();
+    let run = shared.evaluations.run(move || {
+        let answered = envelope(&body.bytes).map(|head| match route {
+            Route::Workloads => {
+                let catalog = store.catalog();
+                workloads::answer(&head, &body.bytes, &catalog, &policies)
+            }
+            Route::Pods => pods::answer(&head, &body.bytes, store.as_ref(), &policies),
+        });
+        drop(body);
+        answered
+    });
+    let ran = match tokio::time::timeout(timeout, run).await {
+        Ok(r) => r,
+        Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+            "the review took longer than {timeout:?}"
+        ))),
+    };
+    match ran {
+        Ok(Ok(r)) => (StatusCode::OK, encode(r)),
+        Ok(Err(message)) => bad_request(message),
+        Err(status) if status.code() == tonic::Code::ResourceExhausted => {
+            (StatusCode::TOO_MANY_REQUESTS, encode(Response::default()))
+        }
+        // Out of time: admitted unchanged (the uid is not known here; the API server
+        // treats a missing uid as an error and applies the failure policy, `Ignore`).
+        Err(status) => (
+            StatusCode::OK,
+            encode(Response {
+                allowed: true,
+                warnings: vec![format!("kartograf: {}", status.message())],
+                ..Response::default()
+            }),
+        ),
+    }
+}
+
+/// Admitted unchanged.
+pub(crate) fn allow(uid: &str) -> Response {
+    Response {
+        uid: uid.to_owned(),
+        allowed: true,
+        ..Response::default()
+    }
+}
+
+/// Admitted unchanged, with a warning for the client (bounded).
+pub(crate) fn allow_warning(uid: &str, warning: String) -> Response {
+    let mut warning = format!("kartograf: {warning}");
+    crate::excerpt::bound(&mut warning, 512);
+    Response {
+        uid: uid.to_owned(),
+        allowed: true,
+        warnings: vec![warning],
+        ..Response::default()
+    }
+}
+
+/// Admitted with `ops` (an RFC 6902 patch), base64 as Go encodes `[]byte`.
+pub(crate) fn allow_patch(uid: &str, ops: &Json) -> Response {
+    let bytes = serde_json::to_vec(ops).unwrap_or_default();
+    Response {
+        uid: uid.to_owned(),
+        allowed: true,
+        patch: Some(base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            bytes,
+        )),
+        patch_type: Some("JSONPatch".to_owned()),
+        ..Response::default()
+    }
+}
+
+/// The review's object (`request.object`), or why there is none.
+pub(crate) fn object(body: &[u8]) -> Result<Json, String> {
+    let objects: Objects = serde_json::from_slice(body).map_err(|e| {
+        format!(
+            "the object could not be read: {}",
+            crate::excerpt::printable(&e.to_string(), crate::excerpt::PARSE_ERROR_BYTES)
+        )
+    })?;
+    match objects.request.object {
+        Some(o @ Json::Object(_)) => Ok(o),
+        Some(_) => Err("request.object is not a JSON object".to_owned()),
+        None => Err("request.object is missing".to_owned()),
+    }
+}
+
+/// The review's group, version and kind.
+pub(crate) fn gvk(head: &Head) -> Option<(&str, &str, &str)> {
+    head.kind
+        .as_ref()
+        .map(|k| (k.group.as_str(), k.version.as_str(), k.kind.as_str()))
+}
