@@ -526,7 +526,8 @@ impl Collector for Inventory {
             }),
         )?;
         let board = self.source.board();
-        let gangs = crate::gangs::live::statuses(|uid| board.get(uid).is_some());
+        let (published, _) = board.entries();
+        let gangs = crate::gangs::live::sorted(published.iter().map(|e| e.gangs.as_ref()));
         let gang_labels = |g: &crate::gangs::live::GangStatus| {
             [
                 ("namespace", g.namespace.clone()),
