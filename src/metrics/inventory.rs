@@ -393,7 +393,7 @@ impl Collector for Inventory {
                 None,
                 MetricType::Counter,
             )?;
-            for (definition, budget, n) in crate::definition::breaker::exceeded_totals() {
+            for (definition, budget, n) in catalog.exceeded_totals() {
                 metric
                     .encode_family(&[("definition", definition.as_str()), ("budget", budget)])?
                     .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&n, None)?;
