@@ -179,11 +179,12 @@ pub async fn serve_with_ui(
     ui_tokens: Option<Arc<Tokens>>,
     limits: Limits,
 ) {
+    let view = Arc::new(crate::ui::View::default());
     let handler = move |request: Request<hyper::body::Incoming>, _bodies: http::Bodies| {
         let shared = shared.clone();
         let tokens = metrics_tokens.clone();
         let ui_tokens = ui_tokens.clone();
-        answer(request, shared, tokens, ui_tokens)
+        answer(request, shared, view.clone(), tokens, ui_tokens)
     };
     http::serve(listener, "admin", limits.listener(), None, None, handler).await
 }
@@ -206,6 +207,7 @@ pub async fn serve_probes(listener: tokio::net::TcpListener, shared: Shared, lim
 async fn answer(
     request: Request<hyper::body::Incoming>,
     shared: Shared,
+    view: Arc<crate::ui::View>,
     tokens: Option<Arc<Tokens>>,
     ui_tokens: Option<Arc<Tokens>>,
 ) -> Response<http::Body> {
@@ -220,7 +222,7 @@ async fn answer(
             last_event_id: header("last-event-id"),
             host: header("host"),
         };
-        return crate::ui::answer(&shared, ui_tokens.as_ref(), asked).await;
+        return crate::ui::answer(&shared, &view, ui_tokens.as_ref(), asked).await;
     }
     // Checked before anything is rendered: a refused scrape costs nothing.
     let refusal = tokens

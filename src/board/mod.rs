@@ -22,6 +22,7 @@ pub use observed::{AttributedPod, NewPod, PodMiss, Sizes, SourceProblem, Unowned
 pub use placements::Placements;
 pub use published::Published;
 
+use crate::gangs::live::GangStatuses;
 use crate::proto::v1 as pb;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -66,6 +67,8 @@ pub struct WorkloadEntry {
     pub labels: Labels,
     /// Where its pods sit (the live index only).
     pub(super) placements: Placements,
+    /// The verdicts on its gang objects (the live index only; `crate::gangs::live`).
+    pub gangs: GangStatuses,
 }
 
 /// A new version of a workload, ready to publish.
@@ -74,6 +77,7 @@ pub struct Publication {
     graph: Arc<Published>,
     labels: Labels,
     placements: Placements,
+    gangs: GangStatuses,
 }
 
 impl Publication {
@@ -85,12 +89,19 @@ impl Publication {
             graph,
             labels,
             placements: Placements::default(),
+            gangs: Arc::from([]),
         }
     }
 
     /// With where its pods sit.
     pub(super) fn placed(mut self, placements: Placements) -> Publication {
         self.placements = placements;
+        self
+    }
+
+    /// With the verdicts on its gang objects.
+    pub(super) fn with_gangs(mut self, gangs: GangStatuses) -> Publication {
+        self.gangs = gangs;
         self
     }
 }
@@ -284,11 +295,24 @@ impl Board {
             let previous = state.workloads.get(&u.key).cloned();
             // A label change alone is published too: label-filtered watchers see the
             // workload enter or leave their view.
-            if previous.as_ref().is_some_and(|w| {
-                w.graph.same_graph(&u.graph) && w.labels.as_ref() == u.labels.as_ref()
-            }) {
+            if let Some(w) = previous
+                .as_ref()
+                .filter(|w| w.graph.same_graph(&u.graph) && w.labels.as_ref() == u.labels.as_ref())
+            {
                 // The placements are the same too: the graph lists every pod (by uid) where
-                // it is placed.
+                // it is placed. New gang verdicts replace the old ones without a change.
+                if w.gangs != u.gangs {
+                    state.workloads.insert(
+                        u.key.clone(),
+                        Arc::new(WorkloadEntry {
+                            key: u.key,
+                            graph: w.graph.clone(),
+                            labels: w.labels.clone(),
+                            placements: u.placements,
+                            gangs: u.gangs,
+                        }),
+                    );
+                }
                 continue;
             }
             let kind = if previous.is_some() {
@@ -304,6 +328,7 @@ impl Board {
                     graph: graph.clone(),
                     placements: u.placements,
                     labels: u.labels.clone(),
+                    gangs: u.gangs,
                 }),
             );
             let before = previous.map_or_else(|| Arc::from([]), |w| w.labels.clone());

@@ -45,7 +45,7 @@ pub struct KartaStatusArgs {
 
 impl KartaStatusArgs {
     /// The election settings (`None`: no election).
-    pub fn lease(&self) -> Option<crate::karta::lease::Settings> {
+    pub fn lease(&self) -> Option<crate::source::kube::karta::lease::Settings> {
         if !self.leader_elect {
             return None;
         }
@@ -63,8 +63,11 @@ impl KartaStatusArgs {
                 format!("{host}_{:08x}", crate::random::next_u64() as u32)
             }
         };
-        let mut s =
-            crate::karta::lease::Settings::new(&namespace, &self.leader_elect_lease, &identity);
+        let mut s = crate::source::kube::karta::lease::Settings::new(
+            &namespace,
+            &self.leader_elect_lease,
+            &identity,
+        );
         s.lease_duration = self.leader_elect_lease_duration;
         s.renew_deadline = self.leader_elect_renew_deadline;
         s.retry_period = self.leader_elect_retry_period;

@@ -544,13 +544,13 @@ async fn serve_cluster(
                 ..kube::Settings::default()
             };
             if args.karta.karta_status {
-                let settings = crate::karta::status::Settings {
+                let settings = crate::source::kube::karta::status::Settings {
                     lease: args.karta.lease(),
                     resync: args.karta.karta_resync,
                 };
                 tasks.watch(
                     "Karta status",
-                    tokio::spawn(crate::karta::status::run(
+                    tokio::spawn(crate::source::kube::karta::status::run(
                         client.clone(),
                         shared.report.clone(),
                         settings,

@@ -12,7 +12,7 @@
 use crate::expr::Exceeded;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Exhaustions within [`WINDOW`] that quarantine a definition.
@@ -40,6 +40,31 @@ struct State {
     /// Quarantines so far (the cooldown doubles with each).
     times: u32,
     on_probation: bool,
+    /// Exhaustions counted before the breaker was given its totals ([`Breaker::count_into`]).
+    pending: BTreeMap<&'static str, u64>,
+}
+
+/// Budget exhaustions per (definition name, budget), shared by the breakers of every
+/// definition published in a catalog and the catalogs built after it by the same layers (so
+/// a new version of a definition counts on; `crate::definition::layers`): what
+/// `kartograf_evaluation_budget_exceeded_total` shows. A value, not process state: each
+/// server's layers own theirs.
+#[derive(Debug, Default, Clone)]
+pub struct ExceededTotals(Arc<Mutex<BTreeMap<(String, &'static str), u64>>>);
+
+impl ExceededTotals {
+    fn add(&self, name: &str, what: &'static str, n: u64) {
+        *self.0.lock().entry((name.to_owned(), what)).or_default() += n;
+    }
+
+    /// Budget exhaustions so far, per (definition name, budget).
+    pub fn snapshot(&self) -> Vec<(String, &'static str, u64)> {
+        self.0
+            .lock()
+            .iter()
+            .map(|((name, what), n)| (name.clone(), *what, *n))
+            .collect()
+    }
 }
 
 /// One definition's breaker (see the module docs).
@@ -47,6 +72,8 @@ struct State {
 pub struct Breaker {
     name: String,
     state: Mutex<State>,
+    /// Where its exhaustions are counted (set once, when a catalog publishes it).
+    totals: OnceLock<ExceededTotals>,
 }
 
 impl Breaker {
@@ -55,6 +82,19 @@ impl Breaker {
         Breaker {
             name: name.to_owned(),
             state: Mutex::new(State::default()),
+            totals: OnceLock::new(),
+        }
+    }
+
+    /// Counts this breaker's exhaustions into `totals` from now on, with those counted so
+    /// far (the first totals given win: a definition is counted where it was first
+    /// published).
+    pub(crate) fn count_into(&self, totals: &ExceededTotals) {
+        let mut st = self.lock();
+        if self.totals.set(totals.clone()).is_ok() {
+            for (what, n) in std::mem::take(&mut st.pending) {
+                totals.add(&self.name, what, n);
+            }
         }
     }
 
@@ -65,9 +105,12 @@ impl Breaker {
     /// Records that an evaluation exceeded `what`; returns the quarantine when this one
     /// trips the breaker.
     pub fn record(&self, what: Exceeded) -> Option<Quarantine> {
-        count_exceeded(&self.name, what);
         let now = Instant::now();
         let mut st = self.lock();
+        match self.totals.get() {
+            Some(totals) => totals.add(&self.name, what.as_str(), 1),
+            None => *st.pending.entry(what.as_str()).or_default() += 1,
+        }
         if st.quarantine.is_some() {
             return None;
         }
@@ -125,25 +168,6 @@ impl Breaker {
     }
 }
 
-fn totals() -> &'static Mutex<BTreeMap<(String, &'static str), u64>> {
-    static TOTALS: OnceLock<Mutex<BTreeMap<(String, &'static str), u64>>> = OnceLock::new();
-    TOTALS.get_or_init(Mutex::default)
-}
-
-fn count_exceeded(name: &str, what: Exceeded) {
-    let mut t = totals().lock();
-    *t.entry((name.to_owned(), what.as_str())).or_default() += 1;
-}
-
-/// Budget exhaustions so far in this process, per (definition name, budget).
-pub fn exceeded_totals() -> Vec<(String, &'static str, u64)> {
-    totals()
-        .lock()
-        .iter()
-        .map(|((name, what), n)| (name.clone(), *what, *n))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,7 +175,10 @@ mod tests {
     #[test]
     fn trips_after_repeated_exhaustion_and_counts_every_one() {
         let b = Breaker::new("breaker-test-definition");
+        let totals = ExceededTotals::default();
         assert_eq!(b.record(Exceeded::Work), None);
+        // Counted before it is published too.
+        b.count_into(&totals);
         assert_eq!(b.quarantined(), None);
         assert_eq!(b.record(Exceeded::Memory), None);
         let q = b.record(Exceeded::Time).expect("third exhaustion trips");
@@ -160,7 +187,8 @@ mod tests {
         assert_eq!(b.quarantined(), Some(q));
         // While quarantined, more records change nothing.
         assert_eq!(b.record(Exceeded::Work), None);
-        let counted: u64 = exceeded_totals()
+        let counted: u64 = totals
+            .snapshot()
             .into_iter()
             .filter(|(n, _, _)| n == "breaker-test-definition")
             .map(|(_, _, n)| n)

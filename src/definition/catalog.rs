@@ -5,6 +5,7 @@
 //! builds a new catalog and publishes it whole.
 
 use super::DefinitionError;
+use super::breaker::ExceededTotals;
 use super::load::{self, LoadOptions, Parsed};
 use super::model::GroupVersionKind;
 use super::plan::Definition;
@@ -39,6 +40,8 @@ pub struct Catalog {
     /// The options its non-embedded layers were compiled with (for definitions compiled
     /// beside it, e.g. a candidate a client validates).
     options: LoadOptions,
+    /// Where its definitions count their budget exhaustions.
+    exceeded: ExceededTotals,
 }
 
 impl Catalog {
@@ -46,6 +49,16 @@ impl Catalog {
     pub fn from_layers(
         generation: u64,
         layers: impl IntoIterator<Item = Vec<Arc<Definition>>>,
+    ) -> Catalog {
+        Catalog::counting(generation, layers, ExceededTotals::default())
+    }
+
+    /// [`Catalog::from_layers`], its definitions counting their budget exhaustions into
+    /// `exceeded` (the totals of the layers that build it, shared by their catalogs).
+    pub fn counting(
+        generation: u64,
+        layers: impl IntoIterator<Item = Vec<Arc<Definition>>>,
+        exceeded: ExceededTotals,
     ) -> Catalog {
         let mut by_gvk = BTreeMap::new();
         for layer in layers {
@@ -57,6 +70,7 @@ impl Catalog {
         let mut child_kinds = HashSet::new();
         for def in by_gvk.values() {
             def.published_in(generation);
+            def.breaker().count_into(&exceeded);
             by_group_kind
                 .entry((def.root_kind.group.clone(), def.root_kind.kind.clone()))
                 .or_default()
@@ -71,7 +85,14 @@ impl Catalog {
             by_group_kind,
             child_kinds,
             options: LoadOptions::default(),
+            exceeded,
         }
+    }
+
+    /// Budget exhaustions of its definitions (and of earlier versions counted into the same
+    /// totals), per (definition name, budget).
+    pub fn exceeded_totals(&self) -> Vec<(String, &'static str, u64)> {
+        self.exceeded.snapshot()
     }
 
     /// This catalog, noting that its layers were compiled with `options`.

@@ -18,7 +18,12 @@ use super::{DefinitionError, LoadOptions};
 use crate::expr::{CompileError, Expr};
 use std::collections::HashMap;
 
-/// The next [`Definition::id`].
+/// The next [`Definition::id`]. The one static of the stateless folders
+/// (`tests/engine/layers.rs` allows it by name): an identity generator, nothing reads it but
+/// the definition it numbers. Ids must never repeat within the process (pods remember answers
+/// per definition id; the write path keeps plans per id), across every path that compiles:
+/// the embedded catalog, directory reloads, Karta objects, `ValidateDefinition` candidates and
+/// the CLI.
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Global variables of `minMemberPath` expressions.

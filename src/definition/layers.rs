@@ -3,6 +3,7 @@
 //! directory > embedded. The one implementation, used by `serve` (through
 //! `source::definitions::Publisher`, which owns the layers at run time) and by the CLI.
 
+use super::breaker::ExceededTotals;
 use super::catalog::{self, Catalog, load_embedded};
 use super::{Definition, DefinitionError, GroupVersionKind, LoadOptions, load};
 use serde_json::Value as Json;
@@ -30,6 +31,8 @@ pub struct Layers {
     generation: u64,
     /// How the directory and cluster layers compile.
     options: LoadOptions,
+    /// Budget exhaustions of every definition its catalogs published.
+    exceeded: ExceededTotals,
 }
 
 impl Default for Layers {
@@ -51,6 +54,7 @@ impl Layers {
             cluster: BTreeMap::new(),
             generation: 0,
             options,
+            exceeded: ExceededTotals::default(),
         }
     }
 
@@ -161,9 +165,10 @@ impl Layers {
                 }
             }
         }
-        let catalog = Catalog::from_layers(
+        let catalog = Catalog::counting(
             self.generation,
             [self.embedded.clone(), self.directory.clone(), cluster],
+            self.exceeded.clone(),
         )
         .with_options(self.options);
         (catalog, errors)

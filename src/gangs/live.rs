@@ -1,7 +1,8 @@
 //! Live verification: each time the index resolves a root that owns gang objects (watched
 //! when the cluster serves their kinds), the objects are checked against the new graph
 //! ([`super::verify`]); the findings join the graph's diagnostics and each object's verdict
-//! is kept for the metrics (`kartograf_gang_intact`, `kartograf_gang_stale`).
+//! is published with the graph on the board, where the metrics read it
+//! (`kartograf_gang_intact`, `kartograf_gang_stale`).
 //!
 //! A gang object enters a root's resolution when it is below the root in the owner chain
 //! (KAI's pod-grouper, KubeRay and the Workload API controllers set the workload as owner);
@@ -13,14 +14,10 @@ use crate::definition::GroupVersionKind;
 use crate::expr::value::Keep;
 use crate::model::{Object, Pod};
 use crate::proto::v1 as pb;
-use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Most gang objects checked for one workload (more are reported once, not checked).
 pub const MAX_OBJECTS_PER_WORKLOAD: usize = 64;
-/// Most workloads whose verdicts are kept for the metrics.
-pub const MAX_WORKLOADS: usize = 100_000;
 
 /// What is kept of a watched gang object: its type, identity, owners and labels, and its
 /// spec (never its status: the verdicts come from the pods).
@@ -70,29 +67,33 @@ pub struct GangStatus {
     pub stale: bool,
 }
 
-/// Verdicts by root uid.
-fn registry() -> &'static Mutex<HashMap<String, Vec<GangStatus>>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<String, Vec<GangStatus>>>> = OnceLock::new();
-    REGISTRY.get_or_init(Mutex::default)
-}
+/// The verdicts of one workload's gang objects, carried on the board with its published
+/// graph (`crate::board::WorkloadEntry::gangs`): the metrics read them from there.
+pub type GangStatuses = Arc<[GangStatus]>;
 
 /// Checks the gang objects `objects` (below the root in its owner chain) against the
-/// freshly resolved `workload`, appends the findings to its diagnostics and records the
-/// verdicts. `root_uid` keys the record; no objects clears it.
+/// freshly resolved `workload`, appends the findings to its diagnostics and returns the
+/// verdicts to publish with it (none when there are no objects). `previous` are the
+/// verdicts published with the root's last graph: objects that could not be read are
+/// logged when the verdicts change.
 pub fn annotate(
-    root_uid: &str,
     workload: &mut pb::Workload,
     objects: &[Arc<Object>],
     pods: &[&Pod],
-) {
+    previous: &[GangStatus],
+) -> GangStatuses {
     if objects.is_empty() {
-        if registry().lock().remove(root_uid).is_some() {
-            tracing::debug!(root = root_uid, "gangs: no gang objects any more");
+        if !previous.is_empty() {
+            tracing::debug!(
+                workload = ?workload.r#ref.as_ref().map(|r| (&r.kind, &r.name)),
+                "gangs: no gang objects any more"
+            );
         }
-        return;
+        return Arc::from([]);
     }
     let verdicts = check(workload, objects, pods);
-    if record(root_uid, workload, &verdicts) {
+    let statuses = statuses_of(workload, &verdicts);
+    if statuses.as_ref() != previous {
         for o in objects.iter().take(MAX_OBJECTS_PER_WORKLOAD) {
             if let Some(problem) = &o.problem {
                 tracing::warn!(
@@ -105,6 +106,7 @@ pub fn annotate(
             }
         }
     }
+    statuses
 }
 
 /// [`annotate`] without recording (offline resolution): the verdicts.
@@ -134,10 +136,10 @@ pub fn check(workload: &mut pb::Workload, objects: &[Arc<Object>], pods: &[&Pod]
     verdicts
 }
 
-/// Records the verdicts; true when they differ from those recorded before.
-fn record(root_uid: &str, workload: &pb::Workload, verdicts: &[Verdict]) -> bool {
+/// The verdicts as the metrics show them.
+fn statuses_of(workload: &pb::Workload, verdicts: &[Verdict]) -> GangStatuses {
     let r = workload.r#ref.clone().unwrap_or_default();
-    let statuses: Vec<GangStatus> = verdicts
+    verdicts
         .iter()
         .map(|v| GangStatus {
             namespace: r.namespace.clone(),
@@ -147,30 +149,15 @@ fn record(root_uid: &str, workload: &pb::Workload, verdicts: &[Verdict]) -> bool
             intact: v.intact,
             stale: v.stale,
         })
-        .collect();
-    let mut reg = registry().lock();
-    let changed = reg.get(root_uid) != Some(&statuses);
-    if statuses.is_empty() {
-        reg.remove(root_uid);
-    } else if reg.len() < MAX_WORKLOADS || reg.contains_key(root_uid) {
-        reg.insert(root_uid.to_owned(), statuses);
-    }
-    changed
+        .collect()
 }
 
-/// Forgets the verdicts of a root that is gone.
-pub fn forget(root_uid: &str) {
-    registry().lock().remove(root_uid);
-}
-
-/// Every recorded verdict of the roots `present` says are published (a registry shared by
-/// the process's indexes: each reads its own roots).
-pub fn statuses(present: impl Fn(&str) -> bool) -> Vec<GangStatus> {
-    let reg = registry().lock();
-    let mut out: Vec<GangStatus> = reg
-        .iter()
-        .filter(|(uid, _)| present(uid))
-        .flat_map(|(_, s)| s.iter().cloned())
+/// Every verdict of `published` (each workload's, as carried on the board), in the order
+/// the metrics list them: by namespace, kind and name.
+pub fn sorted<'a>(published: impl IntoIterator<Item = &'a [GangStatus]>) -> Vec<GangStatus> {
+    let mut out: Vec<GangStatus> = published
+        .into_iter()
+        .flat_map(|s| s.iter().cloned())
         .collect();
     out.sort_by(|a, b| (&a.namespace, a.kind, &a.name).cmp(&(&b.namespace, b.kind, &b.name)));
     out

@@ -7,6 +7,7 @@
 use super::{Index, Uid, Writer};
 use crate::board::{Labels, Placements, Publication, Published};
 use crate::definition::Catalog;
+use crate::gangs::live::GangStatuses;
 use crate::model::ownership::{self, Root};
 use crate::model::{Cached, Object, Pod};
 use crate::proto::v1 as pb;
@@ -49,6 +50,7 @@ struct Resolved {
     placements: Placements,
     labels: Labels,
     pods: Vec<Uid>,
+    gangs: GangStatuses,
 }
 
 /// Dirty roots resolved between two publications (bounds how long readers wait for a large
@@ -85,10 +87,7 @@ impl Index {
             for outcome in self.settle_all(chunk, &catalog) {
                 match outcome {
                     Settled::Resolved(r) => resolved.push(*r),
-                    Settled::Gone(uid) => {
-                        crate::gangs::live::forget(&uid);
-                        gone.push(uid);
-                    }
+                    Settled::Gone(uid) => gone.push(uid),
                     Settled::Unresolved => {}
                 }
             }
@@ -279,7 +278,13 @@ impl Index {
                 path: String::new(),
             });
         }
-        crate::gangs::live::annotate(uid, &mut resolution.workload, &gangs, &refs);
+        let previous = self.board.get(uid).map(|e| e.gangs.clone());
+        let gangs = crate::gangs::live::annotate(
+            &mut resolution.workload,
+            &gangs,
+            &refs,
+            previous.as_deref().unwrap_or_default(),
+        );
         let by_identity: HashMap<String, Uid> = pods
             .iter()
             .map(|(u, p)| (p.meta.identity(), u.clone()))
@@ -296,6 +301,7 @@ impl Index {
             placements,
             labels,
             pods: pods.into_iter().map(|(u, _)| u).collect(),
+            gangs,
         })
     }
 
@@ -329,7 +335,11 @@ impl Index {
         }
         let updates = resolved
             .into_iter()
-            .map(|r| Publication::new(r.uid, Arc::new(r.graph), r.labels).placed(r.placements))
+            .map(|r| {
+                Publication::new(r.uid, Arc::new(r.graph), r.labels)
+                    .placed(r.placements)
+                    .with_gangs(r.gangs)
+            })
             .collect();
         self.board.publish(updates, gone)
     }

@@ -1,12 +1,12 @@
 //! Karta objects as cluster citizens, as upstream Workload Map's operator treats them: the
 //! index labels (`run.ai/karta-group`, `run.ai/karta-version`, `run.ai/karta-kind`), the
-//! validator's verdict on one object, and (in [`status`]) the status conditions written by
-//! one Lease-elected replica ([`lease`]). The admission webhooks (`src/webhook/admission/`)
-//! answer from the same functions. See `docs/karta-status.md`.
+//! validator's verdict on one object, and the status conditions ([`conditions`]: pure rules)
+//! that one Lease-elected replica writes (the controller, with its watch, Lease, backoff and
+//! status writes, is a Kubernetes source: `src/source/kube/karta/`). The admission
+//! webhooks (`src/webhook/admission/`) answer from the same functions. See
+//! `docs/karta-status.md`.
 
 pub mod conditions;
-pub mod lease;
-pub mod status;
 
 use crate::definition::{Definition, DefinitionError, GroupVersionKind, catalog, load};
 use serde_json::Value as Json;

@@ -438,7 +438,7 @@ impl Collector for Inventory {
                 None,
                 MetricType::Counter,
             )?;
-            for (definition, budget, n) in crate::definition::breaker::exceeded_totals() {
+            for (definition, budget, n) in catalog.exceeded_totals() {
                 metric
                     .encode_family(&[("definition", definition.as_str()), ("budget", budget)])?
                     .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&n, None)?;
@@ -571,7 +571,8 @@ impl Collector for Inventory {
             }),
         )?;
         let board = self.source.board();
-        let gangs = crate::gangs::live::statuses(|uid| board.get(uid).is_some());
+        let (published, _) = board.entries();
+        let gangs = crate::gangs::live::sorted(published.iter().map(|e| e.gangs.as_ref()));
         let gang_labels = |g: &crate::gangs::live::GangStatus| {
             [
                 ("namespace", g.namespace.clone()),

@@ -246,7 +246,7 @@ impl<'a, 'p> Planner<'a, 'p> {
         let Some(e) = &field.read else {
             return Ok(Vec::new());
         };
-        match e.eval_with(val, &[], Some(deadline)) {
+        match crate::resolve::evaluate::bounded(e, val, &[], Some(deadline)) {
             Ok(out) => Ok(out.iter().map(value::to_json).collect()),
             // As in resolution: an expression that fails on this object shows nothing.
             Err(EvalError::Runtime(_)) => Ok(Vec::new()),
@@ -756,7 +756,10 @@ impl<'a, 'p> Planner<'a, 'p> {
                         .field
                         .read
                         .as_ref()
-                        .and_then(|e| e.eval_with(&patched, &[], Some(self.deadline)).ok())
+                        .and_then(|e| {
+                            crate::resolve::evaluate::bounded(e, &patched, &[], Some(self.deadline))
+                                .ok()
+                        })
                         .unwrap_or_default()
                         .iter()
                         .map(value::to_json)

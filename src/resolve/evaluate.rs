@@ -99,8 +99,21 @@ pub fn evaluate(
     deadline: Option<std::time::Instant>,
 ) -> Result<Vec<Val>, Cut> {
     guarded(def, deadline, |deadline| {
-        expr.eval_with(input, vars, deadline)
+        bounded(expr, input, vars, deadline)
     })
+}
+
+/// The one evaluation of a definition's expression on an object outside `crate::expr`:
+/// `expr` on `input` with `vars`, under `deadline` and the evaluation budget, its errors as
+/// [`EvalError`]. [`evaluate`] adds the definition's breaker; the write path
+/// (`crate::patch`) reads its fields with this alone, as it always has.
+pub fn bounded(
+    expr: &crate::expr::Expr,
+    input: &Val,
+    vars: &[Val],
+    deadline: Option<std::time::Instant>,
+) -> Result<Vec<Val>, EvalError> {
+    expr.eval_with(input, vars, deadline)
 }
 
 impl Resolver<'_> {

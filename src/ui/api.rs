@@ -18,12 +18,12 @@ use super::{Body, Query, error, json};
 use crate::board::{Filter, Published};
 use crate::excerpt::excerpt;
 use crate::proto::v1 as pb;
-use crate::server::{DefinitionsService, Shared, Store};
+use crate::server::{DefinitionsService, Shared};
 use hyper::{Response, StatusCode};
 use pb::definitions_server::Definitions;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 /// Default rows of a workloads page.
 pub const DEFAULT_PAGE: usize = 100;
@@ -39,11 +39,20 @@ pub const OVERVIEW_LIST: usize = 50;
 pub const MAX_CHOICES: usize = 1000;
 
 /// Answers one API request (`endpoint` is the path after `/ui/api/`).
-pub async fn answer(shared: &Shared, endpoint: &str, query: Option<&str>) -> Response<Body> {
+/// `kept` holds the listener's last overview sums.
+pub async fn answer(
+    shared: &Shared,
+    kept: &Arc<KeptSums>,
+    endpoint: &str,
+    query: Option<&str>,
+) -> Response<Body> {
     let query = query.map(str::to_owned);
     let shared = shared.clone();
     let result: Result<Vec<u8>, (StatusCode, String)> = match endpoint {
-        "overview" => blocking(move || overview(&shared)).await,
+        "overview" => {
+            let kept = kept.clone();
+            blocking(move || overview(&shared, &kept)).await
+        }
         "workloads" => blocking(move || workloads(&shared, query.as_deref())).await,
         "workload" => blocking(move || workload(&shared, query.as_deref())).await,
         "definitions" => definitions(&shared).await,
@@ -232,20 +241,16 @@ struct Sums {
     unowned_total: usize,
 }
 
-/// The last sums per store, with what they were computed from: at most [`SUMS_KEPT`] stores
-/// (one per server; tests run several in one process), those dropped forgotten. A store is
-/// known by a weak reference, which also keeps its address from going to a new store.
-/// The store, what its sums were computed from (revision, object writes), the sums.
-type KeptSums = (Weak<dyn Store>, (u64, u64), Sums);
-static SUMS: parking_lot::Mutex<Vec<KeptSums>> = parking_lot::Mutex::new(Vec::new());
-const SUMS_KEPT: usize = 8;
+/// The last sums of one listener's store, with what they were computed from (revision,
+/// object writes). Owned by the listener's [`View`](super::View): one store per listener.
+#[derive(Default)]
+pub struct KeptSums(parking_lot::Mutex<Option<((u64, u64), Sums)>>);
 
-fn sums(shared: &Shared) -> (Sums, u64) {
+fn sums(shared: &Shared, kept: &KeptSums) -> (Sums, u64) {
     let store = &shared.store;
-    let this = |kept: &Weak<dyn Store>| std::ptr::addr_eq(kept.as_ptr(), Arc::as_ptr(store));
     // Read before the scan: a change during it makes the next request scan again.
     let stamp = (store.board().revision(), store.object_writes());
-    if let Some((_, _, sums)) = SUMS.lock().iter().find(|(k, s, _)| this(k) && *s == stamp) {
+    if let Some((_, sums)) = kept.0.lock().as_ref().filter(|(s, _)| *s == stamp) {
         return (sums.clone(), stamp.0);
     }
     let (all, revision) = store.board().snapshot(&Filter::default());
@@ -297,18 +302,13 @@ fn sums(shared: &Shared) -> (Sums, u64) {
         unowned: Arc::new(unowned),
         unowned_total,
     };
-    let mut kept = SUMS.lock();
-    kept.retain(|(k, _, _)| !this(k) && k.strong_count() > 0);
-    if kept.len() >= SUMS_KEPT {
-        kept.remove(0);
-    }
-    kept.push((Arc::downgrade(store), stamp, sums.clone()));
+    *kept.0.lock() = Some((stamp, sums.clone()));
     (sums, revision)
 }
 
-fn overview(shared: &Shared) -> Answer {
+fn overview(shared: &Shared, kept: &KeptSums) -> Answer {
     let store = &shared.store;
-    let (sums, revision) = sums(shared);
+    let (sums, revision) = sums(shared, kept);
     let pending = store.pending();
     let mut sources: Vec<SourceHealth> = store
         .source_problems()

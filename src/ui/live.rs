@@ -13,8 +13,8 @@
 //!
 //! Events are sent at most every [`MIN_GAP`] (changes in between coalesce). A client that
 //! does not read holds one bounded queue; its feed resumes from its cursor when it reads
-//! again. The feed ends when the server shuts down. At most [`MAX_FEEDS`] are open at once
-//! (more get 503), so probes and scrapes always find a connection.
+//! again. The feed ends when the server shuts down. At most [`MAX_FEEDS`] are open at once on
+//! one listener (more get 503), so probes and scrapes always find a connection.
 
 use super::Body;
 use crate::board::Filter;
@@ -27,6 +27,8 @@ use hyper::body::Frame;
 use hyper::header::{self, HeaderValue};
 use serde::Serialize;
 use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Changes one `changes` event lists (the rest are counted in `more`).
@@ -39,31 +41,32 @@ pub const MIN_GAP: Duration = Duration::from_millis(150);
 const CATALOG_CHECK: Duration = Duration::from_secs(1);
 /// Events queued for one client before the feed waits for it.
 const QUEUE: usize = 4;
-/// Feeds open at once on one process: half the admin port's connections (`admin.rs` checks
+/// Feeds open at once on one admin listener: half the admin port's connections (`admin.rs` checks
 /// it at compile time), so that probes and scrapes always find room. More are refused (503;
 /// the page retries).
 pub const MAX_FEEDS: usize = 128;
 
-static OPEN_FEEDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The feeds open on one listener (owned by its [`View`](super::View)).
+#[derive(Default, Clone)]
+pub struct OpenFeeds(Arc<AtomicUsize>);
 
 /// Counts an open feed until dropped.
-struct FeedSlot;
+struct FeedSlot(OpenFeeds);
 
 impl FeedSlot {
-    fn take() -> Option<FeedSlot> {
-        use std::sync::atomic::Ordering;
-        OPEN_FEEDS
+    fn take(open: &OpenFeeds) -> Option<FeedSlot> {
+        open.0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < MAX_FEEDS).then_some(n + 1)
             })
             .ok()
-            .map(|_| FeedSlot)
+            .map(|_| FeedSlot(open.clone()))
     }
 }
 
 impl Drop for FeedSlot {
     fn drop(&mut self) {
-        OPEN_FEEDS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -183,11 +186,12 @@ fn catch_up(shared: &Shared, cursor: u64) -> (Bytes, u64) {
 /// shuts down.
 pub fn events(
     shared: &Shared,
+    open: &OpenFeeds,
     query: Option<&str>,
     last_event_id: Option<&[u8]>,
 ) -> Response<Body> {
     let since = resume_point(query, last_event_id);
-    let Some(slot) = FeedSlot::take() else {
+    let Some(slot) = FeedSlot::take(open) else {
         return super::error(
             hyper::StatusCode::SERVICE_UNAVAILABLE,
             &format!("{MAX_FEEDS} live feeds are open already; retry later"),

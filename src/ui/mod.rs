@@ -32,6 +32,15 @@ pub type Body = BoxBody<Bytes, Infallible>;
 /// The Content-Security-Policy of every `/ui` answer.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
+/// What one listener's web view keeps between requests: its open live feeds (bounded by
+/// [`live::MAX_FEEDS`]) and its last overview sums. Owned by the listener (`crate::admin`),
+/// passed to [`answer`].
+#[derive(Default)]
+pub struct View {
+    feeds: live::OpenFeeds,
+    sums: Arc<api::KeptSums>,
+}
+
 /// True for the paths this module serves (`/ui`, `/ui/…`).
 pub fn serves(path: &str) -> bool {
     path == "/ui" || path.starts_with("/ui/")
@@ -89,6 +98,7 @@ fn valid_port(port: &str) -> bool {
 /// Answers one `/ui` request.
 pub async fn answer(
     shared: &Shared,
+    view: &View,
     tokens: Option<&Arc<Tokens>>,
     asked: Asked<'_>,
 ) -> Response<Body> {
@@ -126,9 +136,9 @@ pub async fn answer(
             {
                 refused(&denied)
             } else if endpoint == "events" {
-                live::events(shared, asked.query, asked.last_event_id)
+                live::events(shared, &view.feeds, asked.query, asked.last_event_id)
             } else {
-                api::answer(shared, endpoint, asked.query).await
+                api::answer(shared, &view.sums, endpoint, asked.query).await
             }
         }
         p => match assets::find(&p["/ui/".len()..]) {

@@ -4,7 +4,9 @@
 //! layer), and names every arrow that points up, every module missing from the list, and
 //! every use of the index above it besides the Store seam (`server/store.rs`) and the
 //! metrics that read its sizes; and, inside every folder, every import circle between its
-//! files (`cli/client.rs` ⇄ `cli/gangs.rs` was one).
+//! files (`cli/client.rs` ⇄ `cli/gangs.rs` was one). It also checks the "one door each" rules:
+//! `kube::` only in `source/`, `cli/`, `metrics/` and `main.rs`; no `static` state in the
+//! folders of [`STATELESS`]; one caller of `eval_with` outside `expr/`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -379,4 +381,126 @@ fn the_circle_check_sees_a_circle_between_two_files() {
     let mut open = edges.clone();
     open.insert("gangs".to_owned(), Vec::new());
     assert!(circles(&open).is_empty());
+}
+
+/// The files below `src/` (paths relative to the crate root, `/`-separated) with their code
+/// ([`code_of`]).
+fn src_code() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|f| {
+            let rel = f
+                .strip_prefix(root())
+                .expect("below root")
+                .to_string_lossy()
+                .replace('\\', "/");
+            let code = code_of(&std::fs::read_to_string(&f).expect("readable"));
+            (rel, code)
+        })
+        .collect()
+}
+
+/// Whether `code` names the `kube` crate (`kube::…`, not `source::kube::…`).
+fn names_kube(code: &str) -> bool {
+    code.match_indices("kube::").any(|(i, _)| {
+        !code[..i]
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+    })
+}
+
+/// The `static` items (and `thread_local!` blocks) of `code`, by line: `static NAME`.
+fn static_items(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in code.lines() {
+        let mut l = line.trim_start();
+        for vis in ["pub(crate) ", "pub(super) ", "pub "] {
+            l = l.strip_prefix(vis).unwrap_or(l);
+        }
+        if let Some(rest) = l.strip_prefix("static ") {
+            let rest = rest.strip_prefix("mut ").unwrap_or(rest);
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            found.push(format!("static {name}"));
+        } else if l.starts_with("thread_local!") {
+            found.push("thread_local!".to_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn the_kubernetes_client_is_named_only_by_sources_cli_and_metrics() {
+    let allowed = ["src/source/", "src/cli/", "src/metrics/", "src/main.rs"];
+    let problems: Vec<String> = src_code()
+        .into_iter()
+        .filter(|(rel, _)| !allowed.iter().any(|a| rel.starts_with(a)))
+        .filter(|(_, code)| names_kube(code))
+        .map(|(rel, _)| format!("{rel} names kube:: (only {allowed:?} may)"))
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Folders that keep no process-wide state: what they keep belongs to a value passed in.
+const STATELESS: &[&str] = &[
+    "src/gangs/",
+    "src/ui/",
+    "src/webhook/",
+    "src/definition/",
+    "src/karta/",
+    "src/board/",
+    "src/index/",
+];
+
+/// The one static kept there, and why: a process-unique identity generator (nothing reads
+/// it but the definition it numbers; pods remember answers per definition id, so ids must
+/// never repeat across catalogs, directory reloads, Karta objects and previews alike).
+const STATIC_ALLOWED: &[(&str, &str)] = &[("src/definition/compile.rs", "static NEXT_ID")];
+
+#[test]
+fn engine_folders_hold_no_static_state() {
+    let mut problems = Vec::new();
+    for (rel, code) in src_code() {
+        if !STATELESS.iter().any(|f| rel.starts_with(f)) {
+            continue;
+        }
+        for item in static_items(&code) {
+            if !STATIC_ALLOWED.contains(&(rel.as_str(), item.as_str())) {
+                problems.push(format!(
+                    "{rel}: {item} (state belongs to a value passed in)"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn eval_with_is_called_from_one_file_outside_expr() {
+    let callers: Vec<String> = src_code()
+        .into_iter()
+        .filter(|(rel, code)| !rel.starts_with("src/expr/") && code.contains(".eval_with("))
+        .map(|(rel, _)| rel)
+        .collect();
+    assert_eq!(callers, vec!["src/resolve/evaluate.rs".to_owned()]);
+}
+
+#[test]
+fn the_state_and_kube_checks_see_what_they_look_for() {
+    assert!(names_kube("use kube::api::Api;"));
+    assert!(names_kube("fn f(c: kube::Client) {}"));
+    assert!(!names_kube("crate::source::kube::karta::status::run()"));
+    assert!(!names_kube("my_kube::x()"));
+    assert_eq!(
+        static_items(
+            "static A: u8 = 0;\n    pub(crate) static mut B: u8 = 0;\nfn f() -> &'static str { \"\" }\nthread_local! {}\n"
+        ),
+        vec!["static A", "static B", "thread_local!"]
+    );
 }

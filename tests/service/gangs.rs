@@ -104,8 +104,12 @@ fn finding<'a>(w: &'a pb::Workload, code: &str) -> &'a pb::Diagnostic {
 }
 
 /// The verdicts of one root, as the metrics export them.
-fn verdicts(root_uid: &str) -> Vec<live::GangStatus> {
-    live::statuses(|uid| uid == root_uid)
+fn verdicts(index: &Index, root_uid: &str) -> Vec<live::GangStatus> {
+    index
+        .board()
+        .get(root_uid)
+        .map(|e| live::sorted([e.gangs.as_ref()]))
+        .unwrap_or_default()
 }
 
 fn ray_pod(
@@ -196,12 +200,12 @@ async fn kuberay_5205_a_pod_group_left_at_3_after_scaling_to_4_workers_is_stale(
     let (index, _run) = start(&fake);
     // Right at first: 1 head + 2 workers = 3.
     let w = until(&index, "RayCluster", "ray", "the verified graph", |w| {
-        verdicts(ray).len() == 1 && w.pods.is_some_and(|p| p.current == 3)
+        verdicts(&index, ray).len() == 1 && w.pods.is_some_and(|p| p.current == 3)
     })
     .await;
     assert!(codes(&w).is_empty(), "{:?}", w.diagnostics);
     assert_eq!(
-        verdicts(ray),
+        verdicts(&index, ray),
         vec![live::GangStatus {
             namespace: NS.into(),
             kind: "coscheduling",
@@ -239,7 +243,7 @@ async fn kuberay_5205_a_pod_group_left_at_3_after_scaling_to_4_workers_is_stale(
         "{}",
         d.message
     );
-    assert!(verdicts(ray)[0].stale);
+    assert!(verdicts(&index, ray)[0].stale);
     // KubeRay fixes it (or an operator patches it): the finding goes.
     fake.upsert(kuberay_pod_group(ray, 5));
     let w = until(&index, "RayCluster", "ray", "no finding", |w| {
@@ -247,7 +251,7 @@ async fn kuberay_5205_a_pod_group_left_at_3_after_scaling_to_4_workers_is_stale(
     })
     .await;
     assert_eq!(w.pods.unwrap().current, 5);
-    assert!(!verdicts(ray)[0].stale);
+    assert!(!verdicts(&index, ray)[0].stale);
 }
 
 #[tokio::test]
@@ -258,7 +262,7 @@ async fn kuberay_5205_a_suspended_cluster_keeps_a_pod_group_above_what_can_exist
     fake.upsert(kuberay_pod_group(ray, 3));
     let (index, _run) = start(&fake);
     until(&index, "RayCluster", "ray", "the verified graph", |w| {
-        verdicts(ray).len() == 1 && codes(w).is_empty()
+        verdicts(&index, ray).len() == 1 && codes(w).is_empty()
     })
     .await;
     // Suspend: KubeRay deletes the pods, the PodGroup keeps minMember 3.
@@ -283,7 +287,7 @@ async fn kuberay_5205_a_suspended_cluster_keeps_a_pod_group_above_what_can_exist
     );
     // Nothing placed: a suspended gang is not "broken".
     assert!(!has(&w, "gang_broken"), "{:?}", w.diagnostics);
-    assert!(verdicts(ray)[0].intact && verdicts(ray)[0].stale);
+    assert!(verdicts(&index, ray)[0].intact && verdicts(&index, ray)[0].stale);
 }
 
 #[tokio::test]
@@ -294,7 +298,7 @@ async fn a_gang_that_loses_a_member_after_placement_is_broken_until_it_is_whole(
     fake.upsert(kuberay_pod_group(ray, 3));
     let (index, _run) = start(&fake);
     until(&index, "RayCluster", "ray", "intact", |w| {
-        verdicts(ray).first().is_some_and(|v| v.intact) && codes(w).is_empty()
+        verdicts(&index, ray).first().is_some_and(|v| v.intact) && codes(w).is_empty()
     })
     .await;
     // A worker is evicted: the scheduler never updates the PodGroup's status after placement.
@@ -306,7 +310,7 @@ async fn a_gang_that_loses_a_member_after_placement_is_broken_until_it_is_whole(
     let d = finding(&w, "gang_broken");
     assert_eq!(d.severity, "error");
     assert!(d.message.contains("2 member(s) placed"), "{}", d.message);
-    assert!(!verdicts(ray)[0].intact);
+    assert!(!verdicts(&index, ray)[0].intact);
     // The metrics export it: kartograf_gang_intact 0, kartograf_gang_stale 0.
     let metrics = kartograf::metrics::Metrics::new(index.clone(), Arc::new(LoadReport::default()));
     let text = metrics.encode();
@@ -335,7 +339,7 @@ async fn a_gang_that_loses_a_member_after_placement_is_broken_until_it_is_whole(
         !has(w, "gang_broken")
     })
     .await;
-    assert!(verdicts(ray)[0].intact);
+    assert!(verdicts(&index, ray)[0].intact);
 }
 
 #[tokio::test]
@@ -365,7 +369,7 @@ async fn a_kai_pod_group_with_a_wrong_subgroup_minimum_is_stale() {
         "RayCluster",
         "ray",
         "a verified KAI PodGroup",
-        |w| verdicts(ray).len() == 1 && codes(w).is_empty(),
+        |w| verdicts(&index, ray).len() == 1 && codes(w).is_empty(),
     )
     .await;
     // The workers subgroup says 3 where the workload has 2.
@@ -388,8 +392,8 @@ async fn a_kai_pod_group_with_a_wrong_subgroup_minimum_is_stale() {
         "{}",
         d.message
     );
-    assert_eq!(verdicts(ray)[0].kind, "kai");
-    assert!(verdicts(ray)[0].stale);
+    assert_eq!(verdicts(&index, ray)[0].kind, "kai");
+    assert!(verdicts(&index, ray)[0].stale);
 }
 
 #[tokio::test]
@@ -419,7 +423,7 @@ async fn hostile_kai_pod_groups_ten_thousand_subgroups_and_a_parent_cycle_are_bo
     }));
     let (index, _run) = start(&fake);
     let w = until(&index, "RayCluster", "ray", "both objects checked", |w| {
-        verdicts(ray).len() == 2
+        verdicts(&index, ray).len() == 2
             && w.diagnostics
                 .iter()
                 .any(|d| d.message.contains("cycle detected in subgroups"))
@@ -523,11 +527,15 @@ async fn a_jobset_with_workload_api_objects_verifies_and_catches_a_stale_min_cou
         "JobSet",
         "llama-train",
         "verified Workload API objects",
-        |_| verdicts(&root_uid).len() == rendered.objects.len() - 1,
+        |_| verdicts(&index, &root_uid).len() == rendered.objects.len() - 1,
     )
     .await;
     assert!(codes(&w).is_empty(), "{:?}", w.diagnostics);
-    assert!(verdicts(&root_uid).iter().all(|v| v.intact && !v.stale));
+    assert!(
+        verdicts(&index, &root_uid)
+            .iter()
+            .all(|v| v.intact && !v.stale)
+    );
     // Someone sets a leaf's gang.minCount (mutable since v1.37) above what exists.
     let mut pg = (*leaves[0]).clone();
     let i = rendered.objects.iter().position(|o| *o == pg).unwrap();

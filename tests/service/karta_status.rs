@@ -5,7 +5,7 @@
 use crate::fake_apiserver::FakeApiServer;
 use crate::karta_admission::job_karta;
 use kartograf::definition::LoadReport;
-use kartograf::karta::status::{self, Settings};
+use kartograf::source::kube::karta::status::{self, Settings};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -318,7 +318,7 @@ async fn two_replicas_elect_one_writer_and_the_other_takes_over_when_it_dies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_candidates_race_one_wins_and_a_release_hands_over_at_once() {
-    use kartograf::karta::lease::{Candidate, Settings as LeaseSettings};
+    use kartograf::source::kube::karta::lease::{Candidate, Settings as LeaseSettings};
     let fake = cluster();
     let settings = |id: &str| {
         let mut s = LeaseSettings::new("kartograf", "race", id);

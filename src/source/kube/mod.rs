@@ -5,7 +5,8 @@
 //! [`informer`] drives one kind's watcher into a sink (the index or the definitions), lists
 //! converted beside their download and handed over in parts; [`document`] parses fully
 //! watched objects straight into what the index keeps of them; [`convert`] turns watched
-//! objects into JSON documents.
+//! objects into JSON documents; [`karta`] is the Karta controller (status conditions from
+//! the Lease-elected replica).
 //!
 //! What is watched, per group+kind (see [`wanted_kinds`] and [`Mode`]):
 //! - root kinds of the catalog and core v1 Pod: full objects (what is never cached is left
@@ -37,6 +38,7 @@ pub mod counters;
 pub mod crds;
 mod document;
 mod informer;
+pub mod karta;
 
 pub use crate::backoff::Backoff;
 pub use counters::Counters;

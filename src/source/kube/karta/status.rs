@@ -1,5 +1,5 @@
 //! The Karta reconciler: writes each Karta object's status conditions
-//! ([`super::conditions`]) through the status subresource, and re-asserts its index labels,
+//! ([`crate::karta::conditions`]) through the status subresource, and re-asserts its index labels,
 //! from the one replica holding the Lease ([`super::lease`]); the others follow and take
 //! over when it stops renewing.
 //!
@@ -13,9 +13,9 @@
 //! was computed from, and a conflict (409) is retried on a fresh read. The reconciler's own
 //! writes are remembered, so an event older than them neither writes again nor conflicts.
 
-use super::conditions::{self, Condition, Facts};
 use super::lease;
 use crate::definition::LoadReport;
+use crate::karta::conditions::{self, Condition, Facts};
 use futures::FutureExt;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
@@ -232,7 +232,7 @@ impl Reconciler {
             .collect();
         let versions: BTreeSet<String> = live
             .iter()
-            .filter_map(|(_, o)| super::root_kind(&serde_json::to_value(o).ok()?))
+            .filter_map(|(_, o)| crate::karta::root_kind(&serde_json::to_value(o).ok()?))
             .filter(|r| {
                 is_discovery_name(&r.group)
                     && is_discovery_name(&r.version)
@@ -324,7 +324,7 @@ impl Reconciler {
             .pointer("/metadata/generation")
             .and_then(Json::as_i64)
             .unwrap_or(0);
-        let root = super::root_kind(json);
+        let root = crate::karta::root_kind(json);
         let served = match &root {
             // Discovery is asked only for a well-formed group and version: the path is
             // built from them.
@@ -345,7 +345,7 @@ impl Reconciler {
             None => None,
         };
         let (object, owned) = (json.clone(), name.to_owned());
-        let verdict = tokio::task::spawn_blocking(move || super::validate(&object, &owned))
+        let verdict = tokio::task::spawn_blocking(move || crate::karta::validate(&object, &owned))
             .await
             .ok()?;
         let (validation, drift) = match verdict {
@@ -368,7 +368,7 @@ impl Reconciler {
         cache: &Served,
     ) -> Result<(), kube::Error> {
         let mut json = serde_json::to_value(&object).unwrap_or(Json::Null);
-        let missing = super::missing_labels(&json);
+        let missing = crate::karta::missing_labels(&json);
         if !missing.is_empty() {
             let patch = json!({"metadata": {"labels": missing}});
             let patched = self
