@@ -20,8 +20,7 @@ pub struct Counters {
     pub workloads_failed: AtomicU64,
     /// Pods labelled with their workload at admission.
     pub pods_labelled: AtomicU64,
-    /// Pods of a workload whose root is not cached yet (labelled with the owner reference's
-    /// kind and name only).
+    /// Pods whose owner is not cached yet (admitted unlabelled).
     pub pods_owner_not_cached: AtomicU64,
     /// Pods in no workload, or whose object could not be read (no patch).
     pub pods_unlabelled: AtomicU64,

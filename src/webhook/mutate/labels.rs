@@ -71,11 +71,9 @@ pub fn for_pod(place: &NewPod) -> BTreeMap<&'static str, String> {
                 out.insert(REPLICA, label_value(replica));
             }
         }
-        NewPod::OwnerNotCached { kind, name } => {
-            out.insert(WORKLOAD_KIND, label_value(kind));
-            out.insert(WORKLOAD_NAME, label_value(name));
-        }
-        NewPod::None => {}
+        // The owner may itself be owned by a workload not cached either (a Job of a JobSet
+        // created moments ago): its root is not known, so nothing is claimed.
+        NewPod::OwnerNotCached { .. } | NewPod::None => {}
     }
     out.retain(|_, v| !v.is_empty());
     out
