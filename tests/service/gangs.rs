@@ -527,7 +527,8 @@ async fn a_jobset_with_workload_api_objects_verifies_and_catches_a_stale_min_cou
         "JobSet",
         "llama-train",
         "verified Workload API objects",
-        |_| verdicts(&index, &root_uid).len() == rendered.objects.len() - 1,
+        // Every pod's schedulingGroup update arrives on its own: wait for the last one too.
+        |w| verdicts(&index, &root_uid).len() == rendered.objects.len() - 1 && codes(w).is_empty(),
     )
     .await;
     assert!(codes(&w).is_empty(), "{:?}", w.diagnostics);
