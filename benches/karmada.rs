@@ -12,6 +12,11 @@
 //!    server process (utime+stime from `/proc`), beside the health `Check` RPC measured the
 //!    same way on the same server.
 //!
+//! 3. Policies at admission (issue 38): `POST /mutate/pods` for a pod of the demo JobSet
+//!    (`examples/cluster`, which the server serves) as the Job controller creates it (only
+//!    `generateName`), labelled with its workload, component and instance from the cache, at
+//!    the same rate over 16 connections. Goal: p99 ≤ 1 ms at 1,000 req/s.
+//!
 //! Run: `cargo bench --bench karmada` (options: `-- --rate 1000 --secs 10`). Without
 //! `--bench` (as `cargo test --benches` runs it) a short smoke run that fails on any error.
 
@@ -66,16 +71,16 @@ impl Drop for Server {
 }
 
 fn start() -> Server {
-    let empty =
-        std::env::temp_dir().join(format!("kartograf-karmada-bench-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&empty);
+    // The demo cluster: the pod route labels its JobSet's pods (the Karmada routes read no
+    // cache).
+    let cluster = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/cluster");
     let grpc = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let webhook = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let child = Command::new(env!("CARGO_BIN_EXE_kartograf"))
         .arg("serve")
         .arg("--manifests")
-        .arg(&empty)
+        .arg(&cluster)
         .args(["--listen", &grpc.to_string()])
         .args(["--admin-listen", &admin.to_string()])
         .args(["--webhook-listen", &webhook.to_string()])
@@ -124,6 +129,50 @@ fn body(operation: &str) -> Vec<u8> {
     .expect("json")
 }
 
+/// The AdmissionReview the API server sends for a new worker pod of the demo JobSet.
+fn pod_review() -> Vec<u8> {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/cluster/jobset.yaml"),
+    )
+    .expect("the demo JobSet");
+    let mut pod = kartograf::manifest::parse_documents(&text)
+        .expect("parses")
+        .into_iter()
+        .find(|d| {
+            d["kind"] == "Pod"
+                && d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("workers"))
+        })
+        .expect("a worker pod");
+    let meta = pod["metadata"].as_object_mut().expect("metadata");
+    let name = meta
+        .remove("name")
+        .and_then(|n| n.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    meta.remove("uid");
+    meta.remove("resourceVersion");
+    meta.insert(
+        "generateName".into(),
+        json!(format!(
+            "{}-",
+            name.rsplit_once('-').map_or(name.as_str(), |(a, _)| a)
+        )),
+    );
+    if let Some(o) = pod.as_object_mut() {
+        o.remove("status");
+    }
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "7c1e-bench", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "ml", "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
+            "object": pod, "oldObject": null, "dryRun": false}
+    }))
+    .expect("json")
+}
+
 /// A keep-alive HTTP/1.1 connection to the webhook.
 struct Conn {
     stream: TcpStream,
@@ -142,8 +191,14 @@ impl Conn {
 
     /// One request; true when the answer is HTTP 200 with `"successful":true`.
     async fn post(&mut self, body: &[u8]) -> bool {
+        self.post_to("/karmada/interpret", body, br#""successful":true"#)
+            .await
+    }
+
+    /// One request to `path`; true when the answer is HTTP 200 and holds `expect`.
+    async fn post_to(&mut self, path: &str, body: &[u8], expect: &[u8]) -> bool {
         let head = format!(
-            "POST /karmada/interpret HTTP/1.1\r\nHost: kartograf\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            "POST {path} HTTP/1.1\r\nHost: kartograf\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
             body.len()
         );
         let mut request = head.into_bytes();
@@ -168,8 +223,7 @@ impl Conn {
                     }
                 }
                 let answer = &self.buf[end + 4..end + 4 + length];
-                return head.starts_with("http/1.1 200")
-                    && memfind(answer, br#""successful":true"#);
+                return head.starts_with("http/1.1 200") && memfind(answer, expect);
             }
             match self.stream.read(&mut chunk).await {
                 Ok(0) | Err(_) => return false,
@@ -199,6 +253,28 @@ async fn at_rate(
     secs: f64,
     conns: usize,
 ) -> (Vec<Duration>, usize) {
+    at_rate_to(
+        addr,
+        "/karmada/interpret",
+        br#""successful":true"#,
+        body,
+        rate,
+        secs,
+        conns,
+    )
+    .await
+}
+
+/// [`at_rate`] to `path`, a request succeeding when its answer holds `expect`.
+async fn at_rate_to(
+    addr: SocketAddr,
+    path: &'static str,
+    expect: &'static [u8],
+    body: Vec<u8>,
+    rate: f64,
+    secs: f64,
+    conns: usize,
+) -> (Vec<Duration>, usize) {
     let start = Instant::now() + Duration::from_millis(50);
     let per_conn = rate / conns as f64;
     let count = (per_conn * secs).round() as usize;
@@ -222,7 +298,7 @@ async fn at_rate(
                 } else {
                     Instant::now()
                 };
-                if !conn.post(&body).await {
+                if !conn.post_to(path, &body, expect).await {
                     failed += 1;
                     conn = Conn::open(addr).await;
                 }
@@ -316,6 +392,21 @@ fn main() {
                 lat.len()
             );
         }
+
+        // Pod labels at admission: every answer must carry the labels' patch.
+        let pods = pod_review();
+        let labelled: &'static [u8] = br#""patchType":"JSONPatch""#;
+        at_rate_to(server.webhook, "/mutate/pods", labelled, pods.clone(), rate, secs.min(2.0), 16).await;
+        let (lat, failed) = at_rate_to(server.webhook, "/mutate/pods", labelled, pods, rate, secs, 16).await;
+        assert_eq!(failed, 0, "mutate/pods: requests failed or answered without labels");
+        println!(
+            "mutate/pods                {rate:>6.0} req/s for {secs:.0} s: p50 {:>9.2?}  p99 {:>9.2?}  p99.9 {:>9.2?}  max {:>9.2?}  ({} requests, goal p99 <= 1 ms)",
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99),
+            percentile(&lat, 0.999),
+            lat.last().copied().unwrap_or_default(),
+            lat.len()
+        );
 
         let window = Duration::from_secs_f64(secs);
         for op in ["InterpretReplica", "InterpretComponent"] {

@@ -14,11 +14,15 @@
 mod filter;
 mod observed;
 mod placements;
+pub mod pod_labels;
 mod published;
 pub mod selector;
 
 pub use filter::{Filter, TotalsKey};
-pub use observed::{AttributedPod, NewPod, PodMiss, Sizes, SourceProblem, UnownedGpuPod};
+pub use observed::{
+    AttributedPod, MAX_FETCHED_OWNERS, NewPod, OwnerLookup, PodMiss, Sizes, SourceProblem,
+    UnownedGpuPod,
+};
 pub use placements::Placements;
 pub use published::Published;
 

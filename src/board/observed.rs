@@ -80,8 +80,10 @@ pub enum NewPod {
         replica: String,
     },
     /// Its controller chain leads to a kind with a definition whose object is not cached
-    /// (created moments ago): the owner reference's kind and name.
+    /// (created moments ago): the owner reference's API version, kind and name.
     OwnerNotCached {
+        /// The owner's API version.
+        api_version: String,
         /// The owner's kind.
         kind: String,
         /// The owner's name.
@@ -90,4 +92,31 @@ pub enum NewPod {
     /// No workload: no kind in its chain has a definition, or the chain is not believable
     /// (an owner in another namespace, an owner reference whose uid names another object).
     None,
+}
+
+/// Most owners of one pod read directly from the cluster at admission (one per hop).
+pub const MAX_FETCHED_OWNERS: usize = crate::model::ownership::MAX_HOPS;
+
+/// Reads objects straight from the cluster: at admission, the owners of a pod that the cache
+/// has not seen yet (created moments before the pod), and a namespace's labels for policies
+/// with a `namespaceSelector`.
+pub trait OwnerLookup: Send + Sync {
+    /// The labels of namespace `name`; `Ok(None)` when there is no such namespace.
+    fn namespace_labels<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<std::collections::BTreeMap<String, String>>, String>,
+    >;
+
+    /// The object `api_version` `kind` `namespace`/`name` as JSON; `Ok(None)` when the
+    /// cluster has no such object or does not serve the kind.
+    fn get<'a>(
+        &'a self,
+        api_version: &'a str,
+        kind: &'a str,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<serde_json::Value>, String>>;
 }

@@ -251,6 +251,25 @@ pub struct Args {
     /// ListSources, metrics) and the last good policies stay in force.
     #[arg(long, env = "KARTOGRAF_POLICIES", value_name = "FILE")]
     pub policies: Option<PathBuf>,
+    /// Label cached pods of workloads whose `kartograf.io/workload-*` labels are missing or
+    /// stale, as `POST /mutate/pods` would have (a pod created before its owner was cached,
+    /// or before the webhook was registered). Kubernetes source only; needs `patch` on pods
+    /// (ClusterRole kartograf-policies in deploy/policies/).
+    #[arg(long, env = "KARTOGRAF_LABEL_PODS")]
+    pub label_pods: bool,
+    /// Namespaces whose pods the labelling pass leaves alone (comma-separated).
+    #[arg(
+        long,
+        env = "KARTOGRAF_LABEL_PODS_SKIP_NAMESPACES",
+        value_delimiter = ',',
+        default_value = "kube-system",
+        value_name = "NAMESPACES"
+    )]
+    pub label_pods_skip_namespaces: Vec<String>,
+    /// How often the labelling pass looks at every workload's pods (it looks at changed
+    /// workloads' pods after every change).
+    #[arg(long, env = "KARTOGRAF_LABEL_PODS_RESYNC", default_value = "60s", value_parser = super::resolve::parse_duration, value_name = "DURATION")]
+    pub label_pods_resync: Duration,
     /// Largest webhook request body, in bytes (larger ones get HTTP 413).
     #[arg(long, env = "KARTOGRAF_WEBHOOK_MAX_BODY_BYTES", default_value_t = crate::webhook::DEFAULT_MAX_BODY)]
     pub webhook_max_body_bytes: usize,
@@ -311,11 +330,30 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     // ends the process with an error, so the orchestrator restarts it instead of keeping a
     // replica whose source silently stopped.
     let mut tasks = Tasks::default();
+    let policies = match &args.policies {
+        Some(path) => {
+            let policies =
+                crate::policy::Live::load(path).map_err(|e| anyhow::anyhow!("--policies: {e}"))?;
+            tracing::info!(policies = policies.current().len(), file = %path.display(), "admission policies loaded");
+            tasks.watch(
+                "policy file",
+                tokio::spawn(reload_policies(policies.clone())),
+            );
+            policies
+        }
+        None => crate::policy::Live::empty(),
+    };
     let (mut shared, origin) = if args.upstream.is_empty() && args.upstreams.is_none() {
-        serve_cluster(&args, report, shutdown_rx, &mut tasks).await?
+        serve_cluster(&args, report, policies.clone(), shutdown_rx, &mut tasks).await?
     } else {
+        if args.label_pods {
+            anyhow::bail!(
+                "--label-pods labels a cluster's pods: it needs the Kubernetes source, not upstreams"
+            );
+        }
         serve_upstreams(&args, report, shutdown_rx, &mut tasks)?
     };
+    shared = shared.with_policies(policies);
     let wait = positive(args.eval_queue_wait);
     shared = shared.with_evaluations(if args.eval_threads > 0 {
         server::evaluations::Evaluations::bounded(args.eval_threads, 4 * args.eval_threads, wait)
@@ -325,16 +363,6 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     shared = shared
         .with_ui_hosts(args.ui_allowed_hosts.clone())
         .with_max_watch_streams(args.max_watch_streams);
-    if let Some(path) = &args.policies {
-        let policies =
-            crate::policy::Live::load(path).map_err(|e| anyhow::anyhow!("--policies: {e}"))?;
-        tracing::info!(policies = policies.current().len(), file = %path.display(), "admission policies loaded");
-        tasks.watch(
-            "policy file",
-            tokio::spawn(reload_policies(policies.clone())),
-        );
-        shared = shared.with_policies(policies);
-    }
     shared.metrics.count_policies(shared.policies.clone());
     let tokens = match &args.auth_tokens {
         Some(path) => {
@@ -484,6 +512,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
 async fn serve_cluster(
     args: &Args,
     report: Arc<LoadReport>,
+    policies: Arc<crate::policy::Live>,
     shutdown: tokio::sync::watch::Receiver<bool>,
     tasks: &mut Tasks,
 ) -> anyhow::Result<(Shared, String)> {
@@ -518,7 +547,12 @@ async fn serve_cluster(
         Some(r) => r.publish(&publisher),
         None => publisher.update(|_| {}),
     }
-    let shared = Shared::new(index.clone(), report, shutdown);
+    let mut shared = Shared::new(index.clone(), report, shutdown);
+    if args.label_pods && args.manifests.is_some() {
+        anyhow::bail!(
+            "--label-pods labels a cluster's pods: it needs the Kubernetes source, not --manifests"
+        );
+    }
     let origin = match &args.manifests {
         Some(dir) => {
             tasks.watch(
@@ -555,6 +589,26 @@ async fn serve_cluster(
                         shared.report.clone(),
                         settings,
                         Some(publisher.subscribe()),
+                        shared.shutdown.clone(),
+                    )),
+                );
+            }
+            // Owners not cached yet are read directly when a pod is admitted.
+            shared = shared.with_owner_lookup(Arc::new(
+                crate::source::kube::owner_lookup::ClusterLookup::new(client.clone()),
+            ));
+            if args.label_pods {
+                let settings = crate::source::kube::pod_labels::Settings {
+                    skip_namespaces: args.label_pods_skip_namespaces.clone(),
+                    resync: args.label_pods_resync,
+                };
+                tasks.watch(
+                    "pod labelling pass",
+                    tokio::spawn(crate::source::kube::pod_labels::run(
+                        client.clone(),
+                        index.clone(),
+                        policies,
+                        settings,
                         shared.shutdown.clone(),
                     )),
                 );

@@ -26,6 +26,7 @@ mod write;
 #[cfg(test)]
 mod tests;
 
+pub use admit::Unlabelled;
 pub use batch::Batch;
 pub use feed::{Feed, Update};
 pub use offline::OnDemand;

@@ -175,6 +175,32 @@ fn policies(e: &mut DescriptorEncoder, live: &crate::policy::Live) -> Result<(),
             .encode_family(&[("route", route), ("outcome", outcome)])?
             .encode_counter::<NoLabelSet, _, u64>(&Live::count(n), None)?;
     }
+    let mut metric = e.encode_descriptor(
+        "kartograf_owner_lookups",
+        "Owners of a pod being admitted that were not cached, read directly from the cluster, by outcome (found, missing, failed)",
+        None,
+        MetricType::Counter,
+    )?;
+    for (outcome, n) in [
+        ("found", &c.owner_lookups_found),
+        ("missing", &c.owner_lookups_missing),
+        ("failed", &c.owner_lookups_failed),
+    ] {
+        metric
+            .encode_family(&[("outcome", outcome)])?
+            .encode_counter::<NoLabelSet, _, u64>(&Live::count(n), None)?;
+    }
+    let mut metric = e.encode_descriptor(
+        "kartograf_pod_label_pass",
+        "Label patches of the labelling pass (serve --label-pods), by outcome (labelled, failed)",
+        None,
+        MetricType::Counter,
+    )?;
+    for (outcome, n) in [("labelled", &c.pass_labelled), ("failed", &c.pass_failed)] {
+        metric
+            .encode_family(&[("outcome", outcome)])?
+            .encode_counter::<NoLabelSet, _, u64>(&Live::count(n), None)?;
+    }
     Ok(())
 }
 

@@ -344,15 +344,20 @@ impl Object {
 
     /// `metadata.labels` as (key, text) pairs.
     pub fn labels(&self) -> Vec<(String, String)> {
-        self.packed
-            .lookup(&["metadata", "labels"])
-            .map(|l| {
-                value::entries(&l)
-                    .map(|(k, v)| (value::to_text(k), value::to_text(v)))
-                    .collect()
-            })
-            .unwrap_or_default()
+        packed_labels(&self.packed)
     }
+}
+
+/// `metadata.labels` of a packed object as (key, text) pairs.
+fn packed_labels(packed: &Packed) -> Vec<(String, String)> {
+    packed
+        .lookup(&["metadata", "labels"])
+        .map(|l| {
+            value::entries(&l)
+                .map(|(k, v)| (value::to_text(k), value::to_text(v)))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A pod: its projection packed (see [`project_pod`]), what accounting reads, computed once,
@@ -605,6 +610,11 @@ impl PodFacts {
 }
 
 impl Pod {
+    /// `metadata.labels` as (key, text) pairs.
+    pub fn labels(&self) -> Vec<(String, String)> {
+        packed_labels(&self.packed)
+    }
+
     /// Builds a pod from JSON (see [`Object::from_json`] for failure rules), keeping only
     /// its [`project_pod`] projection, packed.
     pub fn from_json(json: &Json, limits: Limits) -> Result<Pod, Skip> {

@@ -24,6 +24,16 @@ pub struct Counters {
     pub pods_owner_not_cached: AtomicU64,
     /// Pods in no workload, or whose object could not be read (no patch).
     pub pods_unlabelled: AtomicU64,
+    /// Owners of a pod being admitted read directly from the cluster (not cached yet).
+    pub owner_lookups_found: AtomicU64,
+    /// Direct owner reads that found no such object.
+    pub owner_lookups_missing: AtomicU64,
+    /// Direct owner reads that failed or ran out of time.
+    pub owner_lookups_failed: AtomicU64,
+    /// Pods the labelling pass labelled after admission.
+    pub pass_labelled: AtomicU64,
+    /// Label patches of the labelling pass that failed.
+    pub pass_failed: AtomicU64,
 }
 
 /// The policies in force, and where they come from.

@@ -20,8 +20,10 @@
 //! with the policy, the field and the reason; the caller keeps the last good set.
 
 pub mod live;
+pub mod selector;
 
 pub use live::Live;
+pub use selector::Namespace;
 
 use crate::model::names::is_dns1123_subdomain;
 use crate::patch::{Intents, Lifecycle, Toleration};
@@ -116,6 +118,7 @@ pub struct Policy {
     /// Its name (unique in the file).
     pub name: String,
     namespaces: Vec<String>,
+    selector: Option<selector::Selector>,
     kinds: Vec<KindMatch>,
     operations: Vec<Operation>,
     /// What it sets.
@@ -124,13 +127,21 @@ pub struct Policy {
 
 impl Policy {
     /// True when it covers a `group`/`kind` object in `namespace` on `operation`.
-    pub fn covers(&self, namespace: &str, group: &str, kind: &str, operation: Operation) -> bool {
+    pub fn covers(
+        &self,
+        namespace: Namespace<'_>,
+        group: &str,
+        kind: &str,
+        operation: Operation,
+    ) -> bool {
         self.operations.contains(&operation)
-            && (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace))
+            && (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace.name))
+            && self.selector.as_ref().is_none_or(|s| s.matches(namespace))
             && (self.kinds.is_empty() || self.kinds.iter().any(|k| k.matches(group, kind)))
     }
 
-    /// True when some object may be covered by both.
+    /// True when some object may be covered by both (selectors are not compared: two
+    /// policies with selectors may always cover one namespace).
     fn overlaps(&self, other: &Policy) -> bool {
         let namespaces = self.namespaces.is_empty()
             || other.namespaces.is_empty()
@@ -196,6 +207,16 @@ impl PolicySet {
         Ok(PolicySet { policies })
     }
 
+    /// True when some policy's `namespaceSelector` reads namespace labels beyond the name:
+    /// the caller then reads the namespace's labels before asking.
+    pub fn needs_namespace_labels(&self) -> bool {
+        self.policies.iter().any(|p| {
+            p.selector
+                .as_ref()
+                .is_some_and(selector::Selector::needs_labels)
+        })
+    }
+
     /// How many policies it holds.
     pub fn len(&self) -> usize {
         self.policies.len()
@@ -211,7 +232,7 @@ impl PolicySet {
     /// none covers it.
     pub fn intents_for(
         &self,
-        namespace: &str,
+        namespace: Namespace<'_>,
         group: &str,
         kind: &str,
         operation: Operation,
@@ -307,7 +328,7 @@ struct Spec {
     #[serde(default)]
     namespaces: Vec<String>,
     #[serde(default)]
-    namespace_selector: Option<serde_json::Value>,
+    namespace_selector: Option<selector::Spec>,
     #[serde(default)]
     kinds: Vec<String>,
     #[serde(default)]
@@ -350,11 +371,13 @@ impl Spec {
         }
         let at = format!("{at} (`{}`)", self.name);
         let err = |m: String| PolicyError(format!("{at}: {m}"));
-        if self.namespace_selector.is_some() {
-            return Err(err(
-                "namespaceSelector is not supported yet: list the namespaces".into(),
-            ));
-        }
+        let selector = self
+            .namespace_selector
+            .map(|s| {
+                s.check()
+                    .map_err(|m| err(format!("namespaceSelector: {m}")))
+            })
+            .transpose()?;
         if self.namespaces.len() > MAX_SCOPE || self.kinds.len() > MAX_SCOPE {
             return Err(err(format!(
                 "at most {MAX_SCOPE} namespaces and {MAX_SCOPE} kinds"
@@ -419,6 +442,7 @@ impl Spec {
         Ok(Policy {
             name: self.name,
             namespaces: self.namespaces,
+            selector,
             kinds,
             operations,
             intents,
@@ -450,7 +474,12 @@ policies:
         let set = PolicySet::parse(FILE).expect("valid");
         assert_eq!(set.len(), 2);
         let (names, intents) = set
-            .intents_for("ml", "jobset.x-k8s.io", "JobSet", Operation::Create)
+            .intents_for(
+                Namespace::named("ml"),
+                "jobset.x-k8s.io",
+                "JobSet",
+                Operation::Create,
+            )
             .expect("covered");
         assert_eq!(names, ["ml-to-kai", "queue-everywhere"]);
         assert_eq!(intents.scheduler_name.as_deref(), Some("kai-scheduler"));
@@ -458,18 +487,33 @@ policies:
         assert_eq!(intents.tolerations.len(), 1);
         // Another namespace: only the policy for every namespace.
         let (names, intents) = set
-            .intents_for("web", "jobset.x-k8s.io", "JobSet", Operation::Create)
+            .intents_for(
+                Namespace::named("web"),
+                "jobset.x-k8s.io",
+                "JobSet",
+                Operation::Create,
+            )
             .expect("covered");
         assert_eq!(names, ["queue-everywhere"]);
         assert_eq!(intents.scheduler_name, None);
         // A group that is not the one named; UPDATE by default is not acted on.
         let (names, _) = set
-            .intents_for("ml", "other.io", "PyTorchJob", Operation::Create)
+            .intents_for(
+                Namespace::named("ml"),
+                "other.io",
+                "PyTorchJob",
+                Operation::Create,
+            )
             .expect("covered");
         assert_eq!(names, ["queue-everywhere"]);
         assert!(
-            set.intents_for("ml", "jobset.x-k8s.io", "JobSet", Operation::Update)
-                .is_none()
+            set.intents_for(
+                Namespace::named("ml"),
+                "jobset.x-k8s.io",
+                "JobSet",
+                Operation::Update
+            )
+            .is_none()
         );
     }
 

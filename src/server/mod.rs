@@ -59,6 +59,9 @@ pub struct Shared {
     /// The admission policies in force (`serve --policies`), and what the mutating
     /// webhook routes did.
     pub policies: Arc<crate::policy::Live>,
+    /// Reads owners the cache has not seen yet straight from the cluster, for
+    /// `POST /mutate/pods` (`None`: not from a cluster).
+    pub owner_lookup: Option<Arc<dyn crate::board::OwnerLookup>>,
 }
 
 impl Shared {
@@ -79,12 +82,19 @@ impl Shared {
             ui_hosts: Arc::from(Vec::new()),
             watch_limit: WatchLimit::new(DEFAULT_MAX_WATCH_STREAMS),
             policies: crate::policy::Live::empty(),
+            owner_lookup: None,
         }
     }
 
     /// Applies these admission policies (see [`crate::policy`]).
     pub fn with_policies(mut self, policies: Arc<crate::policy::Live>) -> Shared {
         self.policies = policies;
+        self
+    }
+
+    /// Reads owners not cached yet through `lookup` at pod admission.
+    pub fn with_owner_lookup(mut self, lookup: Arc<dyn crate::board::OwnerLookup>) -> Shared {
+        self.owner_lookup = Some(lookup);
         self
     }
 

@@ -46,9 +46,14 @@ pub trait Store: Observed + Send + Sync + 'static {
         None
     }
 
-    /// Where a pod being created (at admission, not cached yet) belongs; an aggregator,
-    /// which keeps no objects, knows none.
-    fn place_new_pod(&self, _pod: &crate::model::Pod) -> NewPod {
+    /// Where a pod being created (at admission, not cached yet) belongs, with `fetched`
+    /// owners read directly from the cluster; an aggregator, which keeps no objects, knows
+    /// none.
+    fn place_new_pod(
+        &self,
+        _pod: &crate::model::Pod,
+        _fetched: &[std::sync::Arc<crate::model::Object>],
+    ) -> NewPod {
         NewPod::None
     }
 }
@@ -78,8 +83,12 @@ impl Store for Index {
         self.object_json(uid)
     }
 
-    fn place_new_pod(&self, pod: &crate::model::Pod) -> NewPod {
-        Index::place_new_pod(self, pod)
+    fn place_new_pod(
+        &self,
+        pod: &crate::model::Pod,
+        fetched: &[std::sync::Arc<crate::model::Object>],
+    ) -> NewPod {
+        Index::place_new_pod_with(self, pod, fetched)
     }
 
     fn workload(&self, r: &pb::ObjectRef, cluster: &str) -> Result<Arc<Published>, Status> {

@@ -164,7 +164,7 @@ fn granted(role: &Value) -> (BTreeSet<(String, String)>, BTreeSet<String>) {
 }
 
 /// Whether `plural` is the plural of `kind` (regular English plurals, as CRDs use).
-fn is_plural_of(plural: &str, kind: &str) -> bool {
+pub(crate) fn is_plural_of(plural: &str, kind: &str) -> bool {
     let kind = kind.to_lowercase();
     plural == format!("{kind}s")
         || plural == format!("{kind}es")

@@ -51,9 +51,14 @@ fn pointer(path: &str) -> Vec<String> {
         .collect()
 }
 
-/// Applies one JSON 6902 operation (add, replace, remove: what the shapes use).
+/// Applies one JSON 6902 operation (add, replace, remove, test: what the shapes use).
 fn patch(doc: &mut Value, op: &Value) {
     let kind = op["op"].as_str().expect("op");
+    if kind == "test" {
+        let at = op["path"].as_str().expect("path");
+        assert_eq!(doc.pointer(at), Some(&op["value"]), "failed {op}");
+        return;
+    }
     let tokens = pointer(op["path"].as_str().expect("path"));
     let (last, parents) = tokens.split_last().expect("a path");
     let mut at = &mut *doc;
@@ -276,8 +281,15 @@ fn check_deployments(all: &BTreeMap<(String, String), Value>) {
                 .iter()
                 .find(|v| v["name"] == m["name"])
                 .unwrap_or_else(|| panic!("{name}: mount {m} has a volume"));
+            // A Secret cert-manager writes for a Certificate of the shape is there too.
+            let issued = |secret: &str| {
+                of_kind(all, "Certificate")
+                    .iter()
+                    .any(|c| c["spec"]["secretName"] == secret)
+            };
             if let Some(secret) = v["secret"]["secretName"].as_str()
                 && secret != "kartograf-tls"
+                && !issued(secret)
             {
                 assert!(
                     all.contains_key(&("Secret".into(), secret.into())),
@@ -689,4 +701,125 @@ fn json_patches_apply_like_kustomize() {
         doc,
         serde_json::json!({"a": {"b/c": [2, 3]}, "d": 2, "e": false})
     );
+}
+
+/// `deploy/policies` (docs/policies.md): the webhook overlay plus the policy file, both
+/// mutating webhooks and the labelling pass's RBAC.
+#[test]
+fn policies_at_admission() {
+    let all = rendered("examples/deploy-policies");
+    check_deployments(&all);
+    let d = of_kind(&all, "Deployment")[0];
+    // The policy file is the ConfigMap's, mounted where --policies names it, and passes the
+    // server's own checks.
+    let file = flag(d, "--policies").expect("--policies");
+    assert_eq!(
+        mounted(d, "configMap", "kartograf-policies", "policies.yaml"),
+        file
+    );
+    let map = &all[&("ConfigMap".to_owned(), "kartograf-policies".to_owned())];
+    let text = map["data"]["policies.yaml"]
+        .as_str()
+        .expect("policies.yaml");
+    let set = kartograf::policy::PolicySet::parse(text).expect("the shipped policies load");
+    assert!(set.len() >= 2, "a KAI and a Kueue example");
+    assert_eq!(flag(d, "--label-pods").as_deref(), Some("true"));
+    // Both webhooks: never blocking, bounded, not in kube-system or kartograf's namespace,
+    // reinvoked, on the webhook Service's routes.
+    let hooks = of_kind(&all, "MutatingWebhookConfiguration");
+    let policies = hooks
+        .iter()
+        .find(|h| h["metadata"]["name"] == "kartograf-policies")
+        .expect("kartograf-policies");
+    let mut paths = BTreeSet::new();
+    for w in policies["webhooks"].as_array().expect("webhooks") {
+        let name = w["name"].clone();
+        assert_eq!(w["failurePolicy"], "Ignore", "{name}");
+        assert_eq!(w["sideEffects"], "None", "{name}");
+        assert_eq!(w["reinvocationPolicy"], "IfNeeded", "{name}");
+        assert_eq!(strings(&w["admissionReviewVersions"]), ["v1"], "{name}");
+        let timeout = w["timeoutSeconds"].as_u64().expect("a timeout");
+        assert!((1..=5).contains(&timeout), "{name}");
+        let excluded = &w["namespaceSelector"]["matchExpressions"][0];
+        assert_eq!(excluded["key"], "kubernetes.io/metadata.name", "{name}");
+        assert_eq!(excluded["operator"], "NotIn", "{name}");
+        let values = strings(&excluded["values"]);
+        assert!(
+            values.contains(&"kube-system".to_owned()) && values.contains(&"kartograf".to_owned())
+        );
+        let svc = &w["clientConfig"]["service"];
+        assert!(
+            all.contains_key(&(
+                "Service".into(),
+                svc["name"].as_str().unwrap_or_default().into()
+            )),
+            "{name}: {svc}"
+        );
+        paths.insert(svc["path"].as_str().unwrap_or_default().to_owned());
+        // Every workload rule names kinds the catalog defines.
+        if svc["path"] == "/mutate/workloads" {
+            for r in w["rules"].as_array().expect("rules") {
+                for group in strings(&r["apiGroups"]) {
+                    for plural in strings(&r["resources"]) {
+                        let defined = crate::common::catalog().definitions().any(|def| {
+                            def.root_kind.group == group
+                                && crate::deploy::is_plural_of(&plural, &def.root_kind.kind)
+                        });
+                        assert!(defined, "{group}/{plural} has no definition");
+                    }
+                }
+            }
+        } else {
+            assert_eq!(timeout, 2, "pod creation waits at most 2 s");
+        }
+    }
+    assert_eq!(
+        paths,
+        BTreeSet::from([
+            kartograf::webhook::mutate::PODS.to_owned(),
+            kartograf::webhook::mutate::WORKLOADS.to_owned()
+        ])
+    );
+    // The labelling pass may patch pods and selectors read namespaces, bound to the server's
+    // service account; nothing more.
+    let role = &all[&("ClusterRole".to_owned(), "kartograf-policies".to_owned())];
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}
+        ])
+    );
+    let binding = &all[&(
+        "ClusterRoleBinding".to_owned(),
+        "kartograf-policies".to_owned(),
+    )];
+    assert_eq!(
+        binding["subjects"][0]["name"],
+        d["spec"]["template"]["spec"]["serviceAccountName"]
+    );
+}
+
+/// `deploy/webhook` as a component (`examples/deploy-webhook`): the Karta webhooks on the
+/// webhook Service, the Deployment serving them with the certificate cert-manager issues.
+#[test]
+fn karta_webhooks() {
+    let all = rendered("examples/deploy-webhook");
+    check_deployments(&all);
+    let d = of_kind(&all, "Deployment")[0];
+    assert_eq!(flag(d, "--karta-status").as_deref(), Some("true"));
+    assert!(flag(d, "--webhook-listen").is_some());
+    for kind in [
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    ] {
+        for hook in of_kind(&all, kind) {
+            for w in hook["webhooks"].as_array().expect("webhooks") {
+                let svc = w["clientConfig"]["service"]["name"]
+                    .as_str()
+                    .unwrap_or_default();
+                assert!(all.contains_key(&("Service".into(), svc.into())), "{svc}");
+            }
+        }
+    }
 }

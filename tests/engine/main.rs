@@ -6,6 +6,7 @@ mod process;
 #[path = "../common/workloads.rs"]
 mod workloads;
 
+mod admission_catalog;
 mod bounds;
 mod budget;
 mod budget_holes;

@@ -20,11 +20,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-const SCHEDULER: &str = "kai-scheduler";
-const LABEL: (&str, &str) = ("kai.scheduler/queue", "team-a");
+pub(crate) const SCHEDULER: &str = "kai-scheduler";
+pub(crate) const LABEL: (&str, &str) = ("kai.scheduler/queue", "team-a");
 
 /// Every object of a kind the catalog defines (exact version) in the realistic snapshots.
-fn realistic() -> Vec<(Arc<Definition>, String, Json)> {
+pub(crate) fn realistic() -> Vec<(Arc<Definition>, String, Json)> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     for dir in ["tests/catalog", "examples/cluster"] {
@@ -80,7 +80,7 @@ fn component_model<'a>(def: &'a Definition, name: &str) -> Option<&'a ComponentD
 
 /// Whether the definition gives component `name` a place for pod labels: a template, a
 /// metadata path that builds or reads labels, or a fragment labels path.
-fn has_label_place(def: &Definition, name: &str) -> bool {
+pub(crate) fn has_label_place(def: &Definition, name: &str) -> bool {
     let Some(spec) = component_model(def, name).and_then(|c| c.spec_definition.as_ref()) else {
         return true;
     };
@@ -95,7 +95,7 @@ fn has_label_place(def: &Definition, name: &str) -> bool {
             .is_some_and(|f| f.labels_path.is_some())
 }
 
-fn has_scheduler_place(def: &Definition, name: &str) -> bool {
+pub(crate) fn has_scheduler_place(def: &Definition, name: &str) -> bool {
     let Some(spec) = component_model(def, name).and_then(|c| c.spec_definition.as_ref()) else {
         return true;
     };
@@ -108,6 +108,10 @@ fn has_scheduler_place(def: &Definition, name: &str) -> bool {
 }
 
 /// Applies `ops` with the `json-patch` crate (not kartograf's code).
+pub(crate) fn apply_ops(doc: &Json, ops: &Json) -> Json {
+    apply(doc, ops)
+}
+
 fn apply(doc: &Json, ops: &Json) -> Json {
     let p: json_patch::Patch = serde_json::from_value(ops.clone()).expect("a valid RFC 6902 patch");
     let mut out = doc.clone();
@@ -277,6 +281,21 @@ fn check(def: &Definition, what: &str, object: &Json, want_label: bool) -> Resul
     if merged != patched {
         return Err(format!("{what}: the merge patch has another effect"));
     }
+    check_patched(def, what, object, &ops, want_label)
+}
+
+/// Checks `ops` (a patch of `object` for a scheduler name, and the label when `want_label`)
+/// applied with `json-patch`: both on every pod the definition shows, a second plan empty,
+/// nothing changed outside those fields. Returns the number of pod specs checked.
+pub(crate) fn check_patched(
+    def: &Definition,
+    what: &str,
+    object: &Json,
+    ops: &Json,
+    want_label: bool,
+) -> Result<usize, String> {
+    let i = intents(true, want_label);
+    let patched = apply(object, ops);
     let schedulers = pod_schedulers(def, &patched);
     for (c, s) in &schedulers {
         if s != SCHEDULER {

@@ -22,6 +22,7 @@ mod karta_status;
 mod kube;
 mod observability;
 mod patch;
+mod pod_labels;
 mod policy_admission;
 mod sources;
 mod strict;

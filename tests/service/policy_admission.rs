@@ -64,7 +64,12 @@ async fn serve() -> (SocketAddr, Arc<Index>, tokio::sync::watch::Sender<bool>) {
 }
 
 /// The review the API server sends for a CREATE of `object`.
-fn review(uid: &str, gvk: (&str, &str, &str), namespace: &str, object: &Json) -> Vec<u8> {
+pub(crate) fn review(
+    uid: &str,
+    gvk: (&str, &str, &str),
+    namespace: &str,
+    object: &Json,
+) -> Vec<u8> {
     let (group, version, kind) = gvk;
     let resource = format!("{}s", kind.to_lowercase());
     let request = json!({
@@ -87,7 +92,12 @@ fn review(uid: &str, gvk: (&str, &str, &str), namespace: &str, object: &Json) ->
 }
 
 /// The response, checked as the API server's webhook client reads it; the decoded patch.
-async fn ask(addr: SocketAddr, path: &str, uid: &str, body: &[u8]) -> (Json, Option<Json>) {
+pub(crate) async fn ask(
+    addr: SocketAddr,
+    path: &str,
+    uid: &str,
+    body: &[u8],
+) -> (Json, Option<Json>) {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (code, answer) = exchange(stream, "POST", path, body).await;
     assert_eq!(code, 200, "{}", String::from_utf8_lossy(&answer));
@@ -107,7 +117,7 @@ async fn ask(addr: SocketAddr, path: &str, uid: &str, body: &[u8]) -> (Json, Opt
     (r, patch)
 }
 
-fn apply(doc: &Json, ops: &Json) -> Json {
+pub(crate) fn apply(doc: &Json, ops: &Json) -> Json {
     let p: json_patch::Patch = serde_json::from_value(ops.clone()).expect("RFC 6902");
     let mut out = doc.clone();
     json_patch::patch(&mut out, &p).expect("the patch applies");
@@ -281,4 +291,106 @@ async fn a_new_pod_gets_its_workload_component_and_instance_labels() {
 #[test]
 fn policy_sets_parse_the_documented_example() {
     assert_eq!(PolicySet::parse(POLICIES).unwrap().len(), 1);
+}
+
+/// A policy with a `namespaceSelector`: namespaces are read from the cluster (the fake API
+/// server), a matching namespace gets the policy, others do not; a selector on the name
+/// label needs no read at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_selector_reads_the_namespace_labels_from_the_cluster() {
+    let fake = crate::fake_apiserver::FakeApiServer::new();
+    fake.register("v1", "Namespace", "namespaces", true);
+    for (name, labels) in [
+        ("ml", json!({"team": "ml", "gpu": "h100"})),
+        ("web", json!({"team": "web"})),
+    ] {
+        let mut l = labels.clone();
+        l["kubernetes.io/metadata.name"] = json!(name);
+        fake.upsert(json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "uid": format!("ns-{name}"), "labels": l}}));
+    }
+    let file =
+        std::env::temp_dir().join(format!("kartograf-ns-selector-{}.yaml", std::process::id()));
+    std::fs::write(
+        &file,
+        r#"
+policies:
+  - name: gpu-teams-to-kai
+    namespaceSelector:
+      matchLabels: {team: ml}
+      matchExpressions: [{key: gpu, operator: Exists}]
+    set: {schedulerName: kai-scheduler}
+  - name: not-in-system
+    namespaceSelector:
+      matchExpressions: [{key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system]}]
+    set: {labels: {kai.scheduler/queue: default}}
+"#,
+    )
+    .unwrap();
+    let (embedded, _) = load_embedded();
+    let index = Arc::new(Index::new(
+        Catalog::from_layers(1, [embedded, Vec::new(), Vec::new()]),
+        &[],
+    ));
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let shared = Shared::new(
+        index,
+        Arc::new(kartograf::definition::LoadReport::default()),
+        rx,
+    )
+    .with_policies(Live::load(&file).unwrap())
+    .with_owner_lookup(Arc::new(
+        kartograf::source::kube::owner_lookup::ClusterLookup::new(fake.client()),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(webhook::serve(
+        listener,
+        shared,
+        webhook::Settings::default(),
+    ));
+    let gvk = ("jobset.x-k8s.io", "v1alpha2", "JobSet");
+    let scheduler = |p: &Option<Json>, js: &Json| {
+        p.as_ref().map(|p| apply(js, p)).map(|o| {
+            let t = &o["spec"]["replicatedJobs"][0]["template"]["spec"]["template"];
+            (
+                t["spec"]["schedulerName"].clone(),
+                t["metadata"]["labels"]["kai.scheduler/queue"].clone(),
+            )
+        })
+    };
+    let mut js = new_jobset();
+    let (_, patch) = ask(addr, mutate::WORKLOADS, "n1", &review("n1", gvk, "ml", &js)).await;
+    assert_eq!(
+        scheduler(&patch, &js),
+        Some((json!("kai-scheduler"), json!("default")))
+    );
+    // `web` has no gpu label: only the name-selector policy.
+    js["metadata"]["namespace"] = json!("web");
+    let (_, patch) = ask(
+        addr,
+        mutate::WORKLOADS,
+        "n2",
+        &review("n2", gvk, "web", &js),
+    )
+    .await;
+    assert_eq!(scheduler(&patch, &js), Some((Json::Null, json!("default"))));
+    // A namespace the cluster does not have: its labels are unknown, so only the name
+    // counts; kube-system is left out by name.
+    let (_, patch) = ask(
+        addr,
+        mutate::WORKLOADS,
+        "n3",
+        &review("n3", gvk, "gone", &js),
+    )
+    .await;
+    assert_eq!(scheduler(&patch, &js), Some((Json::Null, json!("default"))));
+    let (_, patch) = ask(
+        addr,
+        mutate::WORKLOADS,
+        "n4",
+        &review("n4", gvk, "kube-system", &js),
+    )
+    .await;
+    assert!(patch.is_none());
 }

@@ -39,6 +39,8 @@ pub mod crds;
 mod document;
 mod informer;
 pub mod karta;
+pub mod owner_lookup;
+pub mod pod_labels;
 
 pub use crate::backoff::Backoff;
 pub use counters::Counters;

@@ -10,16 +10,18 @@
 //! that is no AdmissionReview at all is answered 400 (a misconfigured caller, not a
 //! workload). The review is read and answered on the evaluation threads.
 
-pub mod labels;
 pub mod pods;
 pub mod workloads;
 
 use super::admission::wire::{Head, Objects, Response};
 use super::admission::{bad_request, encode, envelope};
+use crate::model::Object;
 use crate::server::Shared;
 use bytes::Bytes;
 use hyper::StatusCode;
 use serde_json::Value as Json;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// The workloads route.
@@ -55,20 +57,8 @@ pub async fn handle(
     body: crate::server::http::BodyBytes,
     timeout: Duration,
 ) -> (StatusCode, Bytes) {
-    let store = shared.store.clone();
-    let policies = shared.policies.clone();
-    let run = shared.evaluations.run(move || {
-        let answered = envelope(&body.bytes).map(|head| match route {
-            Route::Workloads => {
-                let catalog = store.catalog();
-                workloads::answer(&head, &body.bytes, &catalog, &policies)
-            }
-            Route::Pods => pods::answer(&head, &body.bytes, store.as_ref(), &policies),
-        });
-        drop(body);
-        answered
-    });
-    let ran = match tokio::time::timeout(timeout, run).await {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let ran = match tokio::time::timeout_at(deadline, answer(shared, route, body, deadline)).await {
         Ok(r) => r,
         Err(_) => Err(tonic::Status::deadline_exceeded(format!(
             "the review took longer than {timeout:?}"
@@ -90,6 +80,140 @@ pub async fn handle(
                 ..Response::default()
             }),
         ),
+    }
+}
+
+/// Longest the direct reads of a review (a pod's owners, a namespace's labels) may take together (the pod webhook's timeout
+/// in `deploy/policies/` is 2 s; a pod is never held longer than this for its labels).
+pub const OWNER_LOOKUP_BUDGET: Duration = Duration::from_millis(500);
+
+/// Reads the review on an evaluation thread and, for a pod whose owner is not cached, reads
+/// the owner from the cluster (one GET per hop, at most [`crate::board::MAX_FETCHED_OWNERS`] hops,
+/// within [`OWNER_LOOKUP_BUDGET`]) and places the pod again.
+async fn answer(
+    shared: &Shared,
+    route: Route,
+    body: crate::server::http::BodyBytes,
+    deadline: tokio::time::Instant,
+) -> Result<Result<Response, String>, tonic::Status> {
+    let store = shared.store.clone();
+    let policies = shared.policies.clone();
+    let lookup = shared.owner_lookup.clone();
+    let can_fetch = lookup.is_some();
+    let budget = (tokio::time::Instant::now() + OWNER_LOOKUP_BUDGET).min(deadline);
+    // Policies with a namespaceSelector on labels other than the name: the namespace's
+    // labels are read first (the review's head is read on an evaluation thread).
+    let mut body = body;
+    let mut namespace_labels = None;
+    if let Some(lookup) = &lookup
+        && route == Route::Workloads
+        && policies.current().needs_namespace_labels()
+    {
+        let (head, back) = shared
+            .evaluations
+            .run(move || (envelope(&body.bytes), body))
+            .await?;
+        body = back;
+        let namespace = match head {
+            Ok(head) => head.namespace.unwrap_or_default(),
+            Err(message) => return Ok(Err(message)),
+        };
+        if !namespace.is_empty() {
+            match tokio::time::timeout_at(budget, lookup.namespace_labels(&namespace)).await {
+                Ok(Ok(labels)) => namespace_labels = labels,
+                Ok(Err(why)) => {
+                    tracing::debug!(namespace, error = %why, "a namespace's labels could not be read");
+                }
+                Err(_) => {
+                    tracing::debug!(namespace, "reading a namespace's labels ran out of time");
+                }
+            }
+        }
+    }
+    let first = shared
+        .evaluations
+        .run(move || {
+            let answered = envelope(&body.bytes).map(|head| match route {
+                Route::Workloads => {
+                    let catalog = store.catalog();
+                    pods::Step::Done(workloads::answer(
+                        &head,
+                        &body.bytes,
+                        &catalog,
+                        &policies,
+                        namespace_labels.as_ref(),
+                    ))
+                }
+                Route::Pods => {
+                    pods::answer(&head, &body.bytes, store.as_ref(), &policies, can_fetch)
+                }
+            });
+            drop(body);
+            answered
+        })
+        .await?;
+    let mut step = match first {
+        Ok(step) => step,
+        Err(message) => return Ok(Err(message)),
+    };
+    let Some(lookup) = lookup else {
+        return Ok(Ok(match step {
+            pods::Step::Done(r) => r,
+            pods::Step::Fetch(pending) => pods::give_up(&pending, &shared.policies),
+        }));
+    };
+    let mut fetched: Vec<Arc<Object>> = Vec::new();
+    loop {
+        let pending = match step {
+            pods::Step::Done(r) => return Ok(Ok(r)),
+            pods::Step::Fetch(pending) => pending,
+        };
+        let counters = &shared.policies.counters;
+        let (api_version, kind, name) = &pending.owner;
+        let got = tokio::time::timeout_at(
+            budget,
+            lookup.get(api_version, kind, &pending.namespace, name),
+        )
+        .await;
+        let object = match got {
+            Ok(Ok(Some(json))) => Object::from_json(&json, crate::expr::Limits::default()).ok(),
+            Ok(Ok(None)) => {
+                counters
+                    .owner_lookups_missing
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Ok(Err(why)) => {
+                counters
+                    .owner_lookups_failed
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(owner = %format!("{kind}/{name}"), error = %why, "an owner could not be read");
+                None
+            }
+            Err(_) => {
+                counters
+                    .owner_lookups_failed
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        };
+        // The object read must be the one asked for (a lookup answers by name).
+        let object = object.filter(|o| {
+            o.meta.kind == *kind && o.meta.name == *name && o.meta.namespace == pending.namespace
+        });
+        let Some(object) = object else {
+            return Ok(Ok(pods::give_up(&pending, &shared.policies)));
+        };
+        counters.owner_lookups_found.fetch_add(1, Ordering::Relaxed);
+        fetched.push(Arc::new(object));
+        let more = fetched.len() < crate::board::MAX_FETCHED_OWNERS;
+        let store = shared.store.clone();
+        let policies = shared.policies.clone();
+        let now = fetched.clone();
+        step = shared
+            .evaluations
+            .run(move || pods::place(pending, store.as_ref(), &now, &policies, more))
+            .await?;
     }
 }
 

@@ -4,12 +4,21 @@
 
 use super::{allow, allow_patch, allow_warning, gvk, object};
 use crate::definition::Catalog;
-use crate::policy::{Live, Operation};
+use crate::policy::{Live, Namespace, Operation};
 use crate::webhook::admission::wire::{Head, Response};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 /// Answers one review (always allowing).
-pub fn answer(head: &Head, body: &[u8], catalog: &Catalog, policies: &Live) -> Response {
+/// `namespace_labels`: the labels of the review's namespace when they were read (policies
+/// with a `namespaceSelector` on other labels cover nothing without them).
+pub fn answer(
+    head: &Head,
+    body: &[u8],
+    catalog: &Catalog,
+    policies: &Live,
+    namespace_labels: Option<&BTreeMap<String, String>>,
+) -> Response {
     let uid = head.uid.as_str();
     let Some(operation) = Operation::parse(&head.operation) else {
         return allow(uid);
@@ -28,7 +37,11 @@ pub fn answer(head: &Head, body: &[u8], catalog: &Catalog, policies: &Live) -> R
     };
     let namespace = head.namespace.as_deref().unwrap_or_default();
     let set = policies.current();
-    let Some((names, intents)) = set.intents_for(namespace, group, kind, operation) else {
+    let at = Namespace {
+        name: namespace,
+        labels: namespace_labels,
+    };
+    let Some((names, intents)) = set.intents_for(at, group, kind, operation) else {
         return allow(uid);
     };
     let failed = |why: String| {

@@ -1,4 +1,5 @@
-//! The labels a pod gets naming its workload, and Kubernetes' label value rules for them.
+//! The labels a pod gets naming its workload (at admission, `POST /mutate/pods`, and from
+//! the labelling pass), and Kubernetes' label value rules for them.
 
 use crate::board::NewPod;
 use std::collections::BTreeMap;
