@@ -80,10 +80,12 @@ pub enum NewPod {
         replica: String,
     },
     /// Its controller chain leads to a kind with a definition whose object is not cached
-    /// (created moments ago): the owner reference's API version, kind and name.
+    /// (created moments ago): the owner reference's API version, kind, name and uid.
     OwnerNotCached {
         /// The owner's API version.
         api_version: String,
+        /// The owner's uid (an object read for it must have this one).
+        uid: String,
         /// The owner's kind.
         kind: String,
         /// The owner's name.

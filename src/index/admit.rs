@@ -64,6 +64,10 @@ impl Index {
                 cached: &cached,
                 fetched,
             };
+            // An owner cycle names no workload (the cache's resolution refuses it too).
+            if ownership::cycle_above(&pod.meta, &graph).is_some() {
+                return NewPod::None;
+            }
             let chain = ownership::controller_chain(&pod.meta, &graph);
             // Every known owner on the chain must be the object its reference names, in the
             // pod's namespace: a pod cannot claim another namespace's workload.
@@ -106,6 +110,7 @@ impl Index {
                     Some(root) => (None, root.clone()),
                     None => {
                         return NewPod::OwnerNotCached {
+                            uid: owner.uid.to_string(),
                             api_version: owner.api_version,
                             kind: owner.kind,
                             name: owner.name,

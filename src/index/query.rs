@@ -98,13 +98,27 @@ impl Index {
             .map(|w| w.graph.clone())
     }
 
-    /// A cached object (not a pod) by uid, as JSON (as cached: see `model::OBJECT_RULE`).
-    pub fn object_json(&self, uid: &str) -> Option<serde_json::Value> {
-        let objects = self.objects();
-        match &objects.get(uid)?.cached {
-            crate::model::Cached::Object(o) if o.problem.is_none() => Some(o.packed.to_json()),
-            _ => None,
-        }
+    /// A cached object (not a pod) by uid, as JSON and as a jq value (one unpacking for
+    /// both; as cached: see `model::OBJECT_RULE`), with its version in the cache, which moves
+    /// whenever the object changes.
+    pub fn object_json(&self, uid: &str) -> Option<(serde_json::Value, crate::expr::Val, u64)> {
+        let (object, version) = {
+            let objects = self.objects();
+            let entry = objects.get(uid)?;
+            match &entry.cached {
+                crate::model::Cached::Object(o) if o.problem.is_none() => {
+                    (o.clone(), entry.version)
+                }
+                _ => return None,
+            }
+        };
+        let val = object.packed.to_val();
+        Some((crate::expr::value::to_json(&val), val, version))
+    }
+
+    /// The version in the cache of the object with this uid (see [`Index::object_json`]).
+    pub fn object_version(&self, uid: &str) -> Option<u64> {
+        self.objects().get(uid).map(|e| e.version)
     }
 
     /// The published graph of the workload that owns a cached pod, and where the pod sits.

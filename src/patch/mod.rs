@@ -148,6 +148,17 @@ pub fn plan(
     object: &Json,
     intents: &Intents,
 ) -> Result<Patch, PatchRefused> {
+    plan_with(definition, object, None, intents)
+}
+
+/// [`plan`] with `object` already converted to a jq value (`val`, which must be the same
+/// object): a cached root is unpacked once for both.
+pub fn plan_with(
+    definition: &Definition,
+    object: &Json,
+    val: Option<Val>,
+    intents: &Intents,
+) -> Result<Patch, PatchRefused> {
     intents.validate()?;
     if !object.is_object() {
         return Err(PatchRefused::Object("not a JSON object".into()));
@@ -157,7 +168,7 @@ pub fn plan(
         definition,
         wp: &wp,
         original: object,
-        original_val: None,
+        original_val: val,
         writer: Writer::new(object.clone()),
         checks: Vec::new(),
         deadline: Instant::now() + DEADLINE,
@@ -240,14 +251,14 @@ impl<'a, 'p> Planner<'a, 'p> {
 
     /// The outputs of `field` on the original object (an error reads as none, as in
     /// resolution).
-    fn read(&mut self, field: &Field) -> Result<Vec<Json>, PatchRefused> {
+    fn read(&mut self, field: &Field) -> Result<Vec<Val>, PatchRefused> {
         let deadline = self.deadline;
         let val = self.val()?;
         let Some(e) = &field.read else {
             return Ok(Vec::new());
         };
         match crate::resolve::evaluate::bounded(e, val, &[], Some(deadline)) {
-            Ok(out) => Ok(out.iter().map(value::to_json).collect()),
+            Ok(out) => Ok(out),
             // As in resolution: an expression that fails on this object shows nothing.
             Err(EvalError::Runtime(_)) => Ok(Vec::new()),
             // A bound: what the graph shows is not known, so nothing is written.
@@ -271,7 +282,7 @@ impl<'a, 'p> Planner<'a, 'p> {
         objects: bool,
     ) -> Result<Vec<Option<Target>>, PatchRefused> {
         let reads = self.read(field)?;
-        let shown = |r: &Json| !objects || !r.is_null();
+        let shown = |r: &Val| !objects || !matches!(r, Val::Null);
         let why = match field.path.as_ref().map(|p| p.targets(self.original)) {
             Some(Ok(ts))
                 if ts.len() == reads.len()
@@ -303,7 +314,9 @@ impl<'a, 'p> Planner<'a, 'p> {
                 ),
             ));
         }
-        let outputs: Vec<Option<&Json>> = reads.iter().map(Some).collect();
+        // Found by content: the outputs as JSON, only on this path.
+        let reads_json: Vec<Json> = reads.iter().map(value::to_json).collect();
+        let outputs: Vec<Option<&Json>> = reads_json.iter().map(Some).collect();
         let found = content::locate(self.original, &outputs);
         let mut out = Vec::with_capacity(reads.len());
         for (n, (r, t)) in reads.iter().zip(found).enumerate() {
@@ -746,13 +759,15 @@ impl<'a, 'p> Planner<'a, 'p> {
         }
         let patched = value::from_json(&self.writer.doc, Limits::default())
             .map_err(|e| PatchRefused::Object(format!("patched object: {e}")))?;
-        let mut cache: Vec<(*const Field, Vec<Json>)> = Vec::new();
+        // Outputs read once per field, kept as jq values: only the leaves a check compares
+        // are turned into JSON.
+        let mut cache: Vec<(*const Field, Vec<Val>)> = Vec::new();
         for check in &self.checks {
             let key = check.field as *const Field;
-            let outputs = match cache.iter().find(|(k, _)| *k == key) {
-                Some((_, o)) => o.clone(),
+            let slot = match cache.iter().position(|(k, _)| *k == key) {
+                Some(i) => i,
                 None => {
-                    let o: Vec<Json> = check
+                    let o: Vec<Val> = check
                         .field
                         .read
                         .as_ref()
@@ -760,32 +775,30 @@ impl<'a, 'p> Planner<'a, 'p> {
                             crate::resolve::evaluate::bounded(e, &patched, &[], Some(self.deadline))
                                 .ok()
                         })
-                        .unwrap_or_default()
-                        .iter()
-                        .map(value::to_json)
-                        .collect();
-                    cache.push((key, o.clone()));
-                    o
+                        .unwrap_or_default();
+                    cache.push((key, o));
+                    cache.len() - 1
                 }
             };
-            let at = |o: &Json| {
+            let outputs = &cache[slot].1;
+            let at = |o: &Val| -> Option<Json> {
                 let mut cur = o;
                 for k in &check.at {
-                    cur = cur.get(*k)?;
+                    cur = value::get(cur, k)?;
                 }
                 match &check.key {
-                    Some(k) => cur.get(k),
+                    Some(k) => value::get(cur, k),
                     None => Some(cur),
                 }
-                .cloned()
+                .map(value::to_json)
             };
             let ok = match (&check.expect, check.index) {
                 (Expect::Count(n), _) => {
                     !outputs.is_empty()
-                        && outputs.iter().all(|o| match o {
-                            Json::Number(x) => x.as_f64() == Some(*n as f64),
-                            Json::String(s) => s.trim().parse::<i64>().ok() == Some(*n),
-                            _ => false,
+                        && outputs.iter().all(|o| match value::as_f64(o) {
+                            Some(x) => x == *n as f64,
+                            None => value::as_str(o)
+                                .is_some_and(|s| s.trim().parse::<i64>().ok() == Some(*n)),
                         })
                 }
                 (Expect::Equals(v), Some(i)) => outputs.get(i).and_then(at).as_ref() == Some(v),

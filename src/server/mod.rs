@@ -62,6 +62,8 @@ pub struct Shared {
     /// Reads owners the cache has not seen yet straight from the cluster, for
     /// `POST /mutate/pods` (`None`: not from a cluster).
     pub owner_lookup: Option<Arc<dyn crate::board::OwnerLookup>>,
+    /// `Patch` answers by reference, remembered per object version.
+    pub patch_memo: Arc<patch::PatchMemo>,
 }
 
 impl Shared {
@@ -83,6 +85,7 @@ impl Shared {
             watch_limit: WatchLimit::new(DEFAULT_MAX_WATCH_STREAMS),
             policies: crate::policy::Live::empty(),
             owner_lookup: None,
+            patch_memo: patch::PatchMemo::new(),
         }
     }
 

@@ -13,6 +13,45 @@ use tonic::Status;
 /// Largest inline object a `Patch` accepts, as JSON text.
 pub const MAX_INLINE_OBJECT_BYTES: usize = 3 * 1024 * 1024;
 
+/// Bytes of answers [`PatchMemo`] keeps at most.
+pub const MEMO_BYTES: u64 = 16 * 1024 * 1024;
+
+/// How long [`PatchMemo`] keeps an answer.
+pub const MEMO_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Answers of `Patch` by reference (without a dry run), remembered: the same intents and
+/// output on the same version of the same cached object, through the same definition, give
+/// the same answer, so a consumer that asks again on every reconcile costs a lookup.
+/// Bounded by [`MEMO_BYTES`] of answers and [`MEMO_TTL`].
+pub struct PatchMemo {
+    answers: moka::sync::Cache<MemoKey, pb::PatchResponse>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct MemoKey {
+    uid: String,
+    version: u64,
+    definition: u64,
+    /// The checked intents and the output form, written canonically (maps are ordered).
+    request: String,
+}
+
+impl PatchMemo {
+    /// An empty memo.
+    pub fn new() -> std::sync::Arc<PatchMemo> {
+        std::sync::Arc::new(PatchMemo {
+            answers: moka::sync::Cache::builder()
+                .max_capacity(MEMO_BYTES)
+                .weigher(|k: &MemoKey, v: &pb::PatchResponse| {
+                    let bytes = k.uid.len() + k.request.len() + v.patch_json.len() + 512;
+                    u32::try_from(bytes).unwrap_or(u32::MAX)
+                })
+                .time_to_live(MEMO_TTL)
+                .build(),
+        })
+    }
+}
+
 /// The intents of a request, checked against Kubernetes' rules.
 pub fn intents(p: &pb::PatchIntents) -> Result<Intents, Status> {
     let lifecycle = match pb::Lifecycle::try_from(p.lifecycle) {
@@ -109,14 +148,6 @@ impl ResolverService {
                 self.ready()?;
                 let published = store.workload(&r, &req.cluster)?;
                 let found = published.r#ref.clone().unwrap_or_default();
-                let object = store.root_object(&found.uid).ok_or_else(|| {
-                    Status::failed_precondition(format!(
-                        "this server keeps no object for {}/{}/{} (an aggregator keeps only graphs); ask the cluster's own server",
-                        echo(&found.kind),
-                        echo(&found.namespace),
-                        echo(&found.name)
-                    ))
-                })?;
                 let lookup = catalog
                     .lookup(&found.api_version, &found.kind)
                     .ok_or_else(|| {
@@ -126,10 +157,34 @@ impl ResolverService {
                             echo(&found.kind)
                         ))
                     })?;
-                self.shared
+                let key = |version: u64| MemoKey {
+                    uid: found.uid.clone(),
+                    version,
+                    definition: lookup.definition.generation(),
+                    request: format!("{intents:?} {output:?}"),
+                };
+                let memo = self.shared.patch_memo.clone();
+                if !dry_run
+                    && let Some(version) = store.root_version(&found.uid)
+                    && let Some(answer) = memo.answers.get(&key(version))
+                {
+                    return Ok(answer);
+                }
+                let root = store.root_object(&found.uid).ok_or_else(|| {
+                    Status::failed_precondition(format!(
+                        "this server keeps no object for {}/{}/{} (an aggregator keeps only graphs); ask the cluster's own server",
+                        echo(&found.kind),
+                        echo(&found.namespace),
+                        echo(&found.name)
+                    ))
+                })?;
+                let stored = key(root.version);
+                let answer = self
+                    .shared
                     .evaluations
                     .run(move || -> Result<pb::PatchResponse, Status> {
-                        let p = patch::plan(&lookup.definition, &object, &intents)
+                        let object = root.json;
+                        let p = patch::plan_with(&lookup.definition, &object, Some(root.val), &intents)
                             .and_then(|p| p.guarded(&object))
                             .map_err(refused)?;
                         // The cache keeps no `env` of pod templates: only operations are
@@ -156,7 +211,11 @@ impl ResolverService {
                             graph: graph.transpose()?,
                         })
                     })
-                    .await?
+                    .await??;
+                if !dry_run {
+                    memo.answers.insert(stored, answer.clone());
+                }
+                Ok(answer)
             }
             Some(pb::patch_request::Target::Inline(inline)) => {
                 if inline.object_json.len() > MAX_INLINE_OBJECT_BYTES {

@@ -40,9 +40,14 @@ pub trait Store: Observed + Send + Sync + 'static {
         None
     }
 
-    /// A cached root object by uid, as JSON, for `Patch`; `None` when this store keeps no
-    /// objects (an aggregator keeps only graphs).
-    fn root_object(&self, _uid: &str) -> Option<serde_json::Value> {
+    /// A cached root object by uid, for `Patch`; `None` when this store keeps no objects (an
+    /// aggregator keeps only graphs).
+    fn root_object(&self, _uid: &str) -> Option<RootObject> {
+        None
+    }
+
+    /// The version of the cached root object `uid` (see [`RootObject::version`]).
+    fn root_version(&self, _uid: &str) -> Option<u64> {
         None
     }
 
@@ -56,6 +61,16 @@ pub trait Store: Observed + Send + Sync + 'static {
     ) -> NewPod {
         NewPod::None
     }
+}
+
+/// A cached root object, as `Patch` plans on it.
+pub struct RootObject {
+    /// As JSON.
+    pub json: serde_json::Value,
+    /// The same as a jq value (what the write path evaluates paths on).
+    pub val: crate::expr::Val,
+    /// Its version in the cache: equal versions mean equal objects.
+    pub version: u64,
 }
 
 /// NOT_FOUND for a cluster other than the index's own (`None` when it is that one, or any).
@@ -79,8 +94,13 @@ impl Store for Index {
         self.pending_sources()
     }
 
-    fn root_object(&self, uid: &str) -> Option<serde_json::Value> {
+    fn root_object(&self, uid: &str) -> Option<RootObject> {
         self.object_json(uid)
+            .map(|(json, val, version)| RootObject { json, val, version })
+    }
+
+    fn root_version(&self, uid: &str) -> Option<u64> {
+        self.object_version(uid)
     }
 
     fn place_new_pod(

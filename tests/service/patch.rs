@@ -318,3 +318,39 @@ async fn apply_sends_a_guarded_json_patch_and_reports_a_stale_read_clearly() {
     .await;
     assert_eq!(out.status.code(), Some(3));
 }
+
+/// `Patch` answers are remembered per version of the cached object: asking again gives the
+/// same answer, and an object changed in the cache is planned anew (never a stale patch).
+#[tokio::test]
+async fn a_remembered_patch_never_outlives_the_object_it_was_planned_on() {
+    let mut h = crate::start(16).await;
+    let ask = |h: &mut crate::Harness| {
+        let mut c = h.client.clone();
+        async move {
+            c.patch(by_ref("JobSet", "ml", "llama-train", kai()))
+                .await
+                .expect("patched")
+                .into_inner()
+        }
+    };
+    let first = ask(&mut h).await;
+    assert_eq!(ask(&mut h).await, first);
+    // The JobSet changes in the cache: a newer resourceVersion, already on KAI's scheduler.
+    let mut changed = demo("jobset.yaml", "JobSet");
+    changed["metadata"]["resourceVersion"] = json!("999999");
+    for job in changed["spec"]["replicatedJobs"].as_array_mut().unwrap() {
+        job["template"]["spec"]["template"]["spec"]["schedulerName"] = json!("kai-scheduler");
+    }
+    let _ = h.index.batch().write(kartograf::index::Write::apply(
+        kartograf::source::manifests::SOURCE,
+        changed,
+    ));
+    let again = ask(&mut h).await;
+    let ops: Value = serde_json::from_str(&again.patch_json).unwrap();
+    assert_eq!(
+        ops[1],
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": "999999"}),
+        "planned on the changed object"
+    );
+    assert!(again.changes < first.changes, "the scheduler name is there already");
+}

@@ -460,3 +460,68 @@ async fn owners_and_pods_created_back_to_back_all_end_up_labelled() {
     );
     pass.abort();
 }
+
+/// Owners read from the cluster get the same distrust as cached ones: an owner deleted and
+/// created again under the same name (another uid), and an owner cycle, label nothing; a
+/// cycle is not followed further than the hop bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_read_directly_that_do_not_add_up_label_nothing() {
+    let fake = race_cluster();
+    // The Job under the pod's reference was replaced: same name, another uid.
+    let mut replaced = race_job(3);
+    replaced["metadata"]["uid"] = json!("someone-else-uid");
+    fake.upsert(race_jobset(3));
+    fake.upsert(replaced);
+    // Two Jobs owning each other.
+    for (a, b) in [("loop-a", "loop-b"), ("loop-b", "loop-a")] {
+        fake.upsert(json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": a, "namespace": NS, "uid": format!("{a}-uid"),
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": b,
+                    "uid": format!("{b}-uid"), "controller": true}]},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}));
+    }
+    let index = Arc::new(Index::new(catalog(), &[]));
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let shared =
+        Shared::new(index, Arc::new(LoadReport::default()), rx).with_owner_lookup(Arc::new(
+            kartograf::source::kube::owner_lookup::ClusterLookup::new(fake.client()),
+        ));
+    let policies = shared.policies.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(webhook::serve(
+        listener,
+        shared,
+        webhook::Settings::default(),
+    ));
+    let (_, patch) = ask(
+        addr,
+        mutate::PODS,
+        "h1",
+        &review("h1", ("", "v1", "Pod"), NS, &race_pod(3, 0)),
+    )
+    .await;
+    assert!(
+        patch.is_none(),
+        "a replaced owner is not the one referenced: {patch:?}"
+    );
+    let mut looped = race_pod(4, 0);
+    looped["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job",
+        "name": "loop-a", "uid": "loop-a-uid", "controller": true}]);
+    let started = std::time::Instant::now();
+    let (_, patch) = ask(
+        addr,
+        mutate::PODS,
+        "h2",
+        &review("h2", ("", "v1", "Pod"), NS, &looped),
+    )
+    .await;
+    assert!(
+        patch.is_none(),
+        "an owner cycle names no workload: {patch:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    // At most one read per hop: loop-a, loop-b (then the cycle is seen).
+    assert!(n(&policies.counters.owner_lookups_found) <= 3);
+}

@@ -169,7 +169,7 @@ async fn answer(
             pods::Step::Fetch(pending) => pending,
         };
         let counters = &shared.policies.counters;
-        let (api_version, kind, name) = &pending.owner;
+        let (api_version, kind, name, uid) = &pending.owner;
         let got = tokio::time::timeout_at(
             budget,
             lookup.get(api_version, kind, &pending.namespace, name),
@@ -197,9 +197,13 @@ async fn answer(
                 None
             }
         };
-        // The object read must be the one asked for (a lookup answers by name).
+        // The object read must be the one the reference names (a lookup answers by name: an
+        // object deleted and created again under it has another uid).
         let object = object.filter(|o| {
-            o.meta.kind == *kind && o.meta.name == *name && o.meta.namespace == pending.namespace
+            o.meta.kind == *kind
+                && o.meta.name == *name
+                && o.meta.namespace == pending.namespace
+                && *o.meta.uid == **uid
         });
         let Some(object) = object else {
             return Ok(Ok(pods::give_up(&pending, &shared.policies)));

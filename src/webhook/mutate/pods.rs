@@ -25,8 +25,8 @@ pub struct Pending {
     model: Pod,
     /// The namespace of the pod (and of every owner it may claim).
     pub namespace: String,
-    /// The owner to read: API version, kind, name.
-    pub owner: (String, String, String),
+    /// The owner to read: API version, kind, name, and the uid its reference names.
+    pub owner: (String, String, String, String),
 }
 
 /// What one look at a review gave.
@@ -136,9 +136,10 @@ pub fn place(
             api_version,
             kind,
             name,
+            uid,
         } => {
             if lookup {
-                pending.owner = (api_version.clone(), kind.clone(), name.clone());
+                pending.owner = (api_version.clone(), kind.clone(), name.clone(), uid.clone());
                 return Step::Fetch(pending);
             }
             counters
