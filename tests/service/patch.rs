@@ -352,5 +352,8 @@ async fn a_remembered_patch_never_outlives_the_object_it_was_planned_on() {
         json!({"op": "test", "path": "/metadata/resourceVersion", "value": "999999"}),
         "planned on the changed object"
     );
-    assert!(again.changes < first.changes, "the scheduler name is there already");
+    assert!(
+        again.changes < first.changes,
+        "the scheduler name is there already"
+    );
 }
