@@ -95,6 +95,12 @@ impl Catalog {
         self.exceeded.snapshot()
     }
 
+    /// Counts the budget exhaustions of `definition`, which this catalog does not hold (a
+    /// `ValidateDefinition` candidate previewed on a sample), into its totals.
+    pub fn count_exceeded_of(&self, definition: &Definition) {
+        definition.breaker().count_into(&self.exceeded);
+    }
+
     /// This catalog, noting that its layers were compiled with `options`.
     pub fn with_options(mut self, options: LoadOptions) -> Catalog {
         self.options = options;

@@ -2,7 +2,7 @@
 
 use super::Shared;
 use super::validate;
-use crate::definition::{DefinitionError, LoadOptions, catalog, load};
+use crate::definition::{DefinitionError, catalog, load};
 use crate::excerpt::{TEXT_BYTES, echo, excerpt};
 use crate::proto::v1 as pb;
 use tonic::{Request, Response, Status};
@@ -192,14 +192,15 @@ impl pb::definitions_server::Definitions for DefinitionsService {
         request: Request<pb::ValidateDefinitionRequest>,
     ) -> Result<Response<pb::ValidateDefinitionResponse>, Status> {
         let req = request.into_inner();
-        // Compiled as the catalog in effect was (`--phase-precedence`).
-        let options = self.shared.store.catalog().options();
+        // Compiled as the catalog in effect was (`--phase-precedence`); a preview's budget
+        // exhaustions count into its totals (`kartograf_evaluation_budget_exceeded_total`).
+        let catalog = self.shared.store.catalog();
         // Compiling the candidate and evaluating it on the sample runs on the evaluation
         // threads, under the same budgets as every evaluation.
         let response = self
             .shared
             .evaluations
-            .run(move || validate_request(req, options))
+            .run(move || validate_request(req, &catalog))
             .await
             .and_then(|r| r)
             .map_err(validate::bounded)?;
@@ -207,12 +208,13 @@ impl pb::definitions_server::Definitions for DefinitionsService {
     }
 }
 
-/// Validates a candidate definition (compiled with `options`) and previews it on the
-/// sample, if one is given.
+/// Validates a candidate definition (compiled as `live` was) and previews it on the
+/// sample, if one is given; budget exhaustions of the preview count into `live`'s totals.
 fn validate_request(
     req: pb::ValidateDefinitionRequest,
-    options: LoadOptions,
+    live: &crate::definition::Catalog,
 ) -> Result<pb::ValidateDefinitionResponse, Status> {
+    let options = live.options();
     // The sample is checked whether or not the definition is valid: a malformed sample is
     // the request's fault either way.
     let sample = match &req.sample {
@@ -249,6 +251,7 @@ fn validate_request(
                 ))
             })?;
         let fallback = (def.root_kind != gvk).then(|| gvk.to_string());
+        live.count_exceeded_of(def);
         preview = Some(super::resolver::resolve_inline(
             def,
             0,

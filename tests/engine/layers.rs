@@ -458,11 +458,6 @@ const STATELESS: &[&str] = &[
     "src/index/",
 ];
 
-/// The one static kept there, and why: a process-unique identity generator (nothing reads
-/// it but the definition it numbers; pods remember answers per definition id, so ids must
-/// never repeat across catalogs, directory reloads, Karta objects and previews alike).
-const STATIC_ALLOWED: &[(&str, &str)] = &[("src/definition/compile.rs", "static NEXT_ID")];
-
 #[test]
 fn engine_folders_hold_no_static_state() {
     let mut problems = Vec::new();
@@ -471,11 +466,9 @@ fn engine_folders_hold_no_static_state() {
             continue;
         }
         for item in static_items(&code) {
-            if !STATIC_ALLOWED.contains(&(rel.as_str(), item.as_str())) {
-                problems.push(format!(
-                    "{rel}: {item} (state belongs to a value passed in)"
-                ));
-            }
+            problems.push(format!(
+                "{rel}: {item} (state belongs to a value passed in)"
+            ));
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));

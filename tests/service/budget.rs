@@ -508,3 +508,35 @@ async fn slow_evaluations_are_shed_at_the_concurrency_limit_and_sigterm_exits_pr
         h.abort();
     }
 }
+
+/// A `ValidateDefinition` preview that exhausts a budget is counted where every exhaustion
+/// is: in the serving catalog's totals (`kartograf_evaluation_budget_exceeded_total`), under
+/// the candidate's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_that_exhausts_a_budget_is_counted() {
+    let h = crate::start(16).await;
+    let mut definitions = DefinitionsClient::new(h.channel.clone());
+    let (_, source) = bombs::BOMBS[0];
+    let r = definitions
+        .validate_definition(pb::ValidateDefinitionRequest {
+            definition: bombs::definition(source),
+            sample: Some(pb::InlineWorkload {
+                object_json: bombs::sample_object().to_string(),
+                pods_json: Vec::new(),
+            }),
+        })
+        .await
+        .expect("answered")
+        .into_inner();
+    let diags = r.preview.map(|w| w.diagnostics).unwrap_or_default();
+    assert!(has_budget_exceeded(&diags, source), "{diags:?}");
+    let counted: u64 = h
+        .index
+        .catalog()
+        .exceeded_totals()
+        .iter()
+        .filter(|(name, _, _)| name == "bombrun")
+        .map(|(_, _, n)| n)
+        .sum();
+    assert!(counted >= 1, "{:?}", h.index.catalog().exceeded_totals());
+}

@@ -473,8 +473,16 @@ async fn a_jobset_with_workload_api_objects_verifies_and_catches_a_stale_min_cou
         fake.upsert(d.clone());
     }
     let (index, _run) = start(&fake);
+    // The whole graph: three pods current and every one in a leaf gang group (the groups
+    // are what the pods below are wired to).
     let w = until(&index, "JobSet", "llama-train", "the graph", |w| {
         w.pods.is_some_and(|p| p.current == 3)
+            && w.gang.is_some()
+            && all_leaf_groups(w)
+                .iter()
+                .map(|(_, p)| p.len())
+                .sum::<usize>()
+                == 3
     })
     .await;
     let root_uid = w.r#ref.as_ref().unwrap().uid.clone();
@@ -517,10 +525,12 @@ async fn a_jobset_with_workload_api_objects_verifies_and_catches_a_stale_min_cou
     }
     for mut d in docs.into_iter().filter(|d| d["kind"] == "Pod") {
         let name = d["metadata"]["name"].as_str().unwrap().to_owned();
-        if let Some((_, pg)) = leaf_of_pod.iter().find(|(p, _)| *p == name) {
-            d["spec"]["schedulingGroup"] = json!({"podGroupName": pg});
-            fake.upsert(d);
-        }
+        let (_, pg) = leaf_of_pod
+            .iter()
+            .find(|(p, _)| *p == name)
+            .unwrap_or_else(|| panic!("pod {name} is in no leaf gang group: {groups:?}"));
+        d["spec"]["schedulingGroup"] = json!({"podGroupName": pg});
+        fake.upsert(d);
     }
     let w = until(
         &index,
