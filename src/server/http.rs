@@ -208,6 +208,15 @@ pub struct BodyBytes {
     _budget: Option<OwnedSemaphorePermit>,
 }
 
+/// Slowest a request body may arrive, on average, once [`BODY_GRACE`] has passed: a client
+/// trickling a body holds its connection and its share of the body budget, so one that falls
+/// behind is cut off (408) instead of being waited for until the request timeout. An API server
+/// or Karmada sends a whole object in milliseconds.
+pub const MIN_BODY_RATE: usize = 64 * 1024;
+
+/// Time a body may take before [`MIN_BODY_RATE`] applies.
+pub const BODY_GRACE: Duration = Duration::from_secs(2);
+
 /// Why a body was not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BodyRefused {
@@ -230,6 +239,11 @@ pub enum BodyRefused {
     /// The body was not sent in time.
     #[error("the request body was not sent within {0:?}")]
     Timeout(Duration),
+    /// The body came slower than [`MIN_BODY_RATE`] after [`BODY_GRACE`].
+    #[error(
+        "the request body came slower than {MIN_BODY_RATE} bytes per second (after {BODY_GRACE:?})"
+    )]
+    TooSlow,
     /// The body could not be read (the connection broke, a malformed chunk).
     #[error("the request body could not be read")]
     Unreadable,
@@ -241,7 +255,7 @@ impl BodyRefused {
         let status = match self {
             BodyRefused::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             BodyRefused::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
-            BodyRefused::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            BodyRefused::Timeout(_) | BodyRefused::TooSlow => StatusCode::REQUEST_TIMEOUT,
             BodyRefused::Unreadable => StatusCode::BAD_REQUEST,
         };
         let mut r = text(status, format!("{self}\n"));
@@ -300,8 +314,20 @@ impl Bodies {
         };
         let mut body = request.into_body();
         let mut bytes = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
+        let started = tokio::time::Instant::now();
         let read = async {
-            while let Some(frame) = body.frame().await {
+            loop {
+                // Behind the minimum rate: what has come so far should have come by then.
+                let behind = started
+                    + BODY_GRACE
+                    + Duration::from_secs_f64(bytes.len() as f64 / MIN_BODY_RATE as f64);
+                let frame = tokio::select! {
+                    frame = body.frame() => frame,
+                    () = tokio::time::sleep_until(behind) => return Err(BodyRefused::TooSlow),
+                };
+                let Some(frame) = frame else {
+                    break;
+                };
                 let frame = frame.map_err(|_| BodyRefused::Unreadable)?;
                 let Ok(data) = frame.into_data() else {
                     continue;

@@ -830,7 +830,7 @@ def test_cost_doc_recipes():
     recipes = doc_recipes()
     states = [output[0] for _, output in recipes if output]
     assert states.count(DEMO) == 12 and states.count(DEMO_WITH_STRAYS) == 4, states
-    assert len(recipes) == 18
+    assert len(recipes) == 20
 
 
 def test_cost_doc_outputs_for_the_demo_cluster(stack):

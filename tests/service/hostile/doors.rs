@@ -247,3 +247,52 @@ fn slow_heads_do_not_lock_out_probes_or_webhook_requests() {
     );
     served.assert_up_within(1024 * MIB);
 }
+
+/// A body trickled slower than the minimum rate is cut off with 408 once the grace has
+/// passed (not held until the request timeout), and the webhook serves others meanwhile.
+#[test]
+fn a_trickled_body_is_cut_off_after_the_grace() {
+    use std::io::{Read, Write};
+    let (mut served, webhook) = serve_webhook(&[]);
+    let mut s = std::net::TcpStream::connect(webhook).expect("connects");
+    s.write_all(
+        b"POST /karmada/interpret HTTP/1.1\r\nHost: kartograf\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n",
+    )
+    .expect("head");
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    // Ten bytes every 200 ms (50 B/s) until the server answers or 10 s pass.
+    while started.elapsed() < Duration::from_secs(10) {
+        if s.write_all(b"{{{{{{{{{{").is_err() {
+            break;
+        }
+        let mut buf = [0u8; 4096];
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                answer.extend_from_slice(&buf[..n]);
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    let took = started.elapsed();
+    let head = String::from_utf8_lossy(&answer).to_string();
+    assert!(head.starts_with("HTTP/1.1 408"), "{head:?} after {took:?}");
+    assert!(
+        took >= kartograf::server::http::BODY_GRACE && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    let replica =
+        attacks::interpreter_context("InterpretReplica", &attacks::deployment(), Json::Null);
+    let (status, _, _) = post(
+        webhook,
+        "/karmada/interpret",
+        &replica,
+        Duration::from_secs(5),
+    );
+    assert_eq!(status, 200);
+    served.assert_up_within(300 * MIB);
+}
