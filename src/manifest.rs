@@ -245,6 +245,47 @@ pub fn json_stream(text: &str) -> Option<Vec<&str>> {
     docs.iter().all(|doc| doc.starts_with('{')).then_some(docs)
 }
 
+/// A YAML stream parsed one document at a time, each (a `List` flattened) handed to `each`,
+/// so the peak is one document's tree rather than the stream's. The text is cut at document
+/// markers (a line `---`, or `--- ` and content), which YAML forbids inside any scalar at the
+/// start of a line. `Ok(true)`: every document was handed over; `Ok(false)`: the stream could
+/// not be cut (directives, or a piece that does not parse alone although the whole does), so
+/// the caller discards what `each` got and parses the text whole; `Err`: the text is not
+/// YAML, with the whole parse's error.
+pub fn yaml_documents(text: &str, each: &mut dyn FnMut(Value)) -> Result<bool, ManifestError> {
+    if text.lines().any(|l| l.starts_with('%')) {
+        return Ok(false);
+    }
+    let mut start = 0;
+    let mut at = 0;
+    let mut pieces = Vec::new();
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end();
+        if (bare == "---" || line.starts_with("--- ")) && at > start {
+            pieces.push(&text[start..at]);
+            start = at;
+        }
+        at += line.len();
+    }
+    pieces.push(&text[start..]);
+    let mut out = Vec::new();
+    for piece in pieces {
+        match parse_yaml(piece) {
+            Ok(docs) => {
+                for doc in docs {
+                    flatten(doc, &mut out);
+                    for v in out.drain(..) {
+                        each(v);
+                    }
+                }
+            }
+            // Said as the whole parse says it (its error names the line in the file).
+            Err(_) => return parse_yaml(text).map(|_| false),
+        }
+    }
+    Ok(true)
+}
+
 /// YAML with limits that scale with the text: any number of documents (`kubectl get -o
 /// yaml` of 100,000 pods is one `List` of 15 million nodes), while aliases, anchors and
 /// nesting keep their fixed caps, so an alias bomb ("billion laughs") still fails fast.
@@ -393,6 +434,36 @@ pub fn flatten(doc: Value, out: &mut Vec<Value>) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_yaml_stream_read_document_by_document_is_the_whole_parse() {
+        let texts = [
+            "a: 1\n---\nb: 2\n",
+            "---\nkind: PodList\nitems:\n- {kind: Pod, metadata: {name: a}}\n- {kind: Pod}\n---\n\n---\nc: |\n  ---x\n  y\n",
+            "--- {a: 1}\n--- [1, 2]\n...\n---\nb: &x 2\nc: *x\n",
+            "x: \"a\n  --- b\"\n---\ny: 1\n",
+            "# only a comment\n",
+        ];
+        for text in texts {
+            let mut streamed = Vec::new();
+            let whole = super::parse_documents(text).expect("valid");
+            assert_eq!(
+                super::yaml_documents(text, &mut |v| streamed.push(v)),
+                Ok(true),
+                "{text:?}"
+            );
+            assert_eq!(streamed, whole, "{text:?}");
+        }
+        // Directives: not cut. An error: the whole parse's (its line is the file's).
+        assert_eq!(
+            super::yaml_documents("%YAML 1.2\n---\na: 1\n", &mut |_| {}),
+            Ok(false)
+        );
+        let bad = "a: 1\n---\nb: 1\nb: 2\n";
+        let e = super::yaml_documents(bad, &mut |_| {}).expect_err("duplicate key");
+        assert_eq!(e, super::parse_documents(bad).expect_err("duplicate key"));
+        assert!(e.yaml.contains("line 4"), "{e:?}");
+    }
+
     use super::*;
 
     #[test]

@@ -31,8 +31,8 @@ pub const MAX_FILE_ERRORS: usize = 100;
 
 /// Parses definition text (one or more documents). Every document that fails yields its
 /// own errors (the first [`MAX_FILE_ERRORS`], then a count); good documents are still
-/// returned. A stream of JSON documents is parsed one document at a time (no tree of the
-/// whole text is built).
+/// returned. A stream of JSON or YAML documents is parsed one document at a time (no tree of
+/// the whole text is built).
 pub fn parse_text(text: &str, source: &str) -> (Vec<Parsed>, Vec<DefinitionError>) {
     let mut out = Collected::new(source);
     if let Some(docs) = manifest::json_stream(text) {
@@ -57,6 +57,20 @@ pub fn parse_text(text: &str, source: &str) -> (Vec<Parsed>, Vec<DefinitionError
         }
         // Not JSON after all: the whole text is read as YAML, as it always was.
         out = Collected::new(source);
+    }
+    // A YAML stream: one document at a time when it can be cut (JSON text is parsed whole,
+    // as JSON).
+    let trimmed = text.trim_start();
+    if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
+        match manifest::yaml_documents(text, &mut |doc| out.document(&doc)) {
+            Ok(true) => return out.finish(),
+            Ok(false) => out = Collected::new(source),
+            Err(e) => {
+                let mut failed = Collected::new(source);
+                failed.error(DefinitionError::new(source, "", None, e.to_string()));
+                return failed.finish();
+            }
+        }
     }
     match manifest::parse_documents(text) {
         Ok(docs) => {

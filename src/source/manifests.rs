@@ -448,8 +448,8 @@ impl Converted {
 
 /// A file's objects, each converted, and why others were not; `Err` when the file does not
 /// parse. JSON objects (one, or a `---` stream) are packed while they are parsed, and the
-/// items of a JSON `…List` are parsed one at a time (no tree of the whole file is built);
-/// anything else (YAML, a document that is not JSON) is parsed whole first.
+/// items of a JSON `…List` are parsed one at a time (no tree of the whole file is built); a
+/// YAML stream is parsed one document at a time ([`manifest::yaml_documents`]).
 pub(crate) fn convert(text: &str, limits: Limits) -> Result<Converted, manifest::ManifestError> {
     if let Some(docs) = manifest::json_stream(text) {
         let mut out = Converted::default();
@@ -488,6 +488,15 @@ pub(crate) fn convert(text: &str, limits: Limits) -> Result<Converted, manifest:
             }
         }
         if json {
+            return Ok(out);
+        }
+    }
+    // YAML: one document at a time when the stream can be cut, else whole (JSON text, an
+    // array or an object, is parsed as JSON by the whole parse).
+    let trimmed = text.trim_start();
+    if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
+        let mut out = Converted::default();
+        if manifest::yaml_documents(text, &mut |d| out.add(Cached::from_json(&d, limits)))? {
             return Ok(out);
         }
     }
