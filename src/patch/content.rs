@@ -11,42 +11,80 @@ use serde_json::Value as Json;
 /// Most object nodes inspected in one object.
 const MAX_NODES: usize = 200_000;
 
-/// Every object node of `doc` outside the root's `metadata` and `status`, in document
-/// order (at most [`MAX_NODES`]).
-fn nodes(doc: &Json) -> Vec<(Loc, &Json)> {
-    let mut out = Vec::new();
-    let mut stack: Vec<(Loc, &Json)> = Vec::new();
+/// One container of the document: its parent's index in the arena and its step from there
+/// (locations are built only for nodes that match).
+struct Node<'a> {
+    parent: Option<usize>,
+    key: Option<&'a str>,
+    index: usize,
+    value: &'a Json,
+}
+
+/// Every container of `doc` outside the root's `metadata` and `status`, in document order,
+/// as an arena (at most [`MAX_NODES`] object nodes).
+fn nodes(doc: &Json) -> Vec<Node<'_>> {
+    let mut out: Vec<Node<'_>> = Vec::new();
+    let mut objects = 0;
+    // (parent, key, index, value) still to visit.
+    let mut stack: Vec<(Option<usize>, Option<&str>, usize, &Json)> = Vec::new();
     if let Json::Object(m) = doc {
         for (k, v) in m.iter().rev() {
             if k != "metadata" && k != "status" {
-                stack.push((vec![Step::Key(k.clone())], v));
+                stack.push((None, Some(k.as_str()), 0, v));
             }
         }
     }
-    while let Some((loc, v)) = stack.pop() {
-        if out.len() >= MAX_NODES {
+    while let Some((parent, key, index, v)) = stack.pop() {
+        if objects >= MAX_NODES {
             break;
         }
+        let at = out.len();
         match v {
             Json::Object(m) => {
+                objects += 1;
+                out.push(Node {
+                    parent,
+                    key,
+                    index,
+                    value: v,
+                });
                 for (k, c) in m.iter().rev() {
-                    let mut l = loc.clone();
-                    l.push(Step::Key(k.clone()));
-                    stack.push((l, c));
+                    stack.push((Some(at), Some(k.as_str()), 0, c));
                 }
-                out.push((loc, v));
             }
             Json::Array(items) => {
+                out.push(Node {
+                    parent,
+                    key,
+                    index,
+                    value: v,
+                });
                 for (i, c) in items.iter().enumerate().rev() {
-                    let mut l = loc.clone();
-                    l.push(Step::Index(i));
-                    stack.push((l, c));
+                    stack.push((Some(at), None, i, c));
                 }
             }
             _ => {}
         }
     }
     out
+}
+
+/// The location of arena node `at`.
+fn loc_of(all: &[Node<'_>], mut at: usize) -> Loc {
+    let mut loc = Vec::new();
+    loop {
+        let n = &all[at];
+        loc.push(match n.key {
+            Some(k) => Step::Key(k.to_owned()),
+            None => Step::Index(n.index),
+        });
+        match n.parent {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    loc.reverse();
+    loc
 }
 
 /// For each output (objects; `None` for anything else), where it sits in `doc`: the n-th
@@ -59,9 +97,10 @@ pub fn locate(doc: &Json, outputs: &[Option<&Json>]) -> Vec<Option<Target>> {
             return None;
         }
         all.iter()
-            .filter(|(_, n)| *n == v)
+            .enumerate()
+            .filter(|(_, n)| n.value.is_object() && n.value == v)
             .nth(skip)
-            .map(|(l, _)| l.clone())
+            .map(|(i, _)| loc_of(&all, i))
     };
     let mut out = Vec::with_capacity(outputs.len());
     for (i, o) in outputs.iter().enumerate() {
