@@ -83,13 +83,14 @@ pub async fn handle(
     }
 }
 
-/// Longest the direct reads of a review (a pod's owners, a namespace's labels) may take together (the pod webhook's timeout
-/// in `deploy/policies/` is 2 s; a pod is never held longer than this for its labels).
+/// Longest the direct reads of one review (a pod's owners, a namespace's labels) may take
+/// together (the pod webhook's timeout in `deploy/policies/` is 2 s; a pod is never held
+/// longer than this for its labels).
 pub const OWNER_LOOKUP_BUDGET: Duration = Duration::from_millis(500);
 
 /// Reads the review on an evaluation thread and, for a pod whose owner is not cached, reads
-/// the owner from the cluster (one GET per hop, at most [`crate::board::MAX_FETCHED_OWNERS`] hops,
-/// within [`OWNER_LOOKUP_BUDGET`]) and places the pod again.
+/// the owner from the cluster (one GET per hop, at most [`crate::board::MAX_FETCHED_OWNERS`]
+/// hops, within [`OWNER_LOOKUP_BUDGET`]) and places the pod again.
 async fn answer(
     shared: &Shared,
     route: Route,
