@@ -256,20 +256,9 @@ pub fn yaml_documents(text: &str, each: &mut dyn FnMut(Value)) -> Result<bool, M
     if text.lines().any(|l| l.starts_with('%')) {
         return Ok(false);
     }
-    let mut start = 0;
-    let mut at = 0;
-    let mut pieces = Vec::new();
-    for line in text.split_inclusive('\n') {
-        let bare = line.trim_end();
-        if (bare == "---" || line.starts_with("--- ")) && at > start {
-            pieces.push(&text[start..at]);
-            start = at;
-        }
-        at += line.len();
-    }
-    pieces.push(&text[start..]);
+    // Each piece is parsed as soon as its end is found (nothing is kept per piece).
     let mut out = Vec::new();
-    for piece in pieces {
+    let mut piece = |piece: &str| -> bool {
         match parse_yaml(piece) {
             Ok(docs) => {
                 for doc in docs {
@@ -278,10 +267,26 @@ pub fn yaml_documents(text: &str, each: &mut dyn FnMut(Value)) -> Result<bool, M
                         each(v);
                     }
                 }
+                true
             }
-            // Said as the whole parse says it (its error names the line in the file).
-            Err(_) => return parse_yaml(text).map(|_| false),
+            Err(_) => false,
         }
+    };
+    let mut start = 0;
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end();
+        if (bare == "---" || line.starts_with("--- ")) && at > start {
+            if !piece(&text[start..at]) {
+                // Said as the whole parse says it (its error names the line in the file).
+                return parse_yaml(text).map(|_| false);
+            }
+            start = at;
+        }
+        at += line.len();
+    }
+    if !piece(&text[start..]) {
+        return parse_yaml(text).map(|_| false);
     }
     Ok(true)
 }
