@@ -250,10 +250,15 @@ pub fn json_stream(text: &str) -> Option<Vec<&str>> {
 /// markers (a line `---`, or `--- ` and content), which YAML forbids inside any scalar at the
 /// start of a line. `Ok(true)`: every document was handed over; `Ok(false)`: the stream could
 /// not be cut (directives, or a piece that does not parse alone although the whole does), so
-/// the caller discards what `each` got and parses the text whole; `Err`: the text is not
-/// YAML, with the whole parse's error.
+/// the caller discards what `each` got and parses the text whole — also for JSON text (an
+/// object or an array), which the whole parse reads as JSON; `Err`: the text is not YAML,
+/// with the whole parse's error.
 pub fn yaml_documents(text: &str, each: &mut dyn FnMut(Value)) -> Result<bool, ManifestError> {
-    if text.lines().any(|l| l.starts_with('%')) {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{')
+        || trimmed.starts_with('[')
+        || text.lines().any(|l| l.starts_with('%'))
+    {
         return Ok(false);
     }
     // Each piece is parsed as soon as its end is found (nothing is kept per piece).

@@ -80,17 +80,8 @@ pub enum NewPod {
         replica: String,
     },
     /// Its controller chain leads to a kind with a definition whose object is not cached
-    /// (created moments ago): the owner reference's API version, kind, name and uid.
-    OwnerNotCached {
-        /// The owner's API version.
-        api_version: String,
-        /// The owner's uid (an object read for it must have this one).
-        uid: String,
-        /// The owner's kind.
-        kind: String,
-        /// The owner's name.
-        name: String,
-    },
+    /// (created moments ago): that owner reference (an object read for it must have its uid).
+    OwnerNotCached(crate::model::OwnerRef),
     /// No workload: no kind in its chain has a definition, or the chain is not believable
     /// (an owner in another namespace, an owner reference whose uid names another object).
     None,

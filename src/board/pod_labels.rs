@@ -10,7 +10,7 @@ pub const WORKLOAD_KIND: &str = "kartograf.io/workload-kind";
 pub const WORKLOAD_NAME: &str = "kartograf.io/workload-name";
 /// The component path (`.` between levels).
 pub const COMPONENT: &str = "kartograf.io/component";
-/// The component instance (a JobSet's replicated job, a Dynamo service, …).
+/// The component instance (one of a component's instances, when it has several).
 pub const INSTANCE: &str = "kartograf.io/instance";
 /// The replica key in a replicated component.
 pub const REPLICA: &str = "kartograf.io/replica";
@@ -37,16 +37,10 @@ pub fn label_value(text: &str) -> String {
         return trimmed.to_owned();
     }
     let head = trimmed[..54].trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
-    format!("{head}-{:08x}", fnv1a(text.as_bytes()))
-}
-
-fn fnv1a(bytes: &[u8]) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in bytes {
-        h ^= u32::from(*b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h
+    format!(
+        "{head}-{:08x}",
+        crate::gangs::names::fnv32a(&[text.as_bytes()])
+    )
 }
 
 /// The labels for a pod placed as `place` (empty: none).
@@ -72,9 +66,10 @@ pub fn for_pod(place: &NewPod) -> BTreeMap<&'static str, String> {
                 out.insert(REPLICA, label_value(replica));
             }
         }
-        // The owner may itself be owned by a workload not cached either (a Job of a JobSet
-        // created moments ago): its root is not known, so nothing is claimed.
-        NewPod::OwnerNotCached { .. } | NewPod::None => {}
+        // The owner may itself be owned by a workload not cached either (an intermediate
+        // owner and its root created moments ago): its root is not known, so nothing is
+        // claimed.
+        NewPod::OwnerNotCached(_) | NewPod::None => {}
     }
     out.retain(|_, v| !v.is_empty());
     out

@@ -58,18 +58,14 @@ pub fn parse_text(text: &str, source: &str) -> (Vec<Parsed>, Vec<DefinitionError
         // Not JSON after all: the whole text is read as YAML, as it always was.
         out = Collected::new(source);
     }
-    // A YAML stream: one document at a time when it can be cut (JSON text is parsed whole,
-    // as JSON).
-    let trimmed = text.trim_start();
-    if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
-        match manifest::yaml_documents(text, &mut |doc| out.document(&doc)) {
-            Ok(true) => return out.finish(),
-            Ok(false) => out = Collected::new(source),
-            Err(e) => {
-                let mut failed = Collected::new(source);
-                failed.error(DefinitionError::new(source, "", None, e.to_string()));
-                return failed.finish();
-            }
+    // A YAML stream: one document at a time when it can be cut, else whole.
+    match manifest::yaml_documents(text, &mut |doc| out.document(&doc)) {
+        Ok(true) => return out.finish(),
+        Ok(false) => out = Collected::new(source),
+        Err(e) => {
+            let mut failed = Collected::new(source);
+            failed.error(DefinitionError::new(source, "", None, e.to_string()));
+            return failed.finish();
         }
     }
     match manifest::parse_documents(text) {

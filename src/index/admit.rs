@@ -109,12 +109,7 @@ impl Index {
                 None => match fetched.iter().find(|o| *o.meta.uid == *owner.uid) {
                     Some(root) => (None, root.clone()),
                     None => {
-                        return NewPod::OwnerNotCached {
-                            uid: owner.uid.to_string(),
-                            api_version: owner.api_version,
-                            kind: owner.kind,
-                            name: owner.name,
-                        };
+                        return NewPod::OwnerNotCached(owner);
                     }
                 },
             }
@@ -197,8 +192,7 @@ impl Index {
                 let Some(Cached::Pod(pod)) = objects.get(uid).map(|e| &e.cached) else {
                     continue;
                 };
-                let labels = pod.labels();
-                let has = |key: &str, want: &str| labels.iter().any(|(k, v)| k == key && v == want);
+                let has = |key: &str, want: &str| pod.label(key).as_deref() == Some(want);
                 if !(has(WORKLOAD_KIND, &want_kind) && has(WORKLOAD_NAME, &want_name)) {
                     out.push(Unlabelled {
                         uid: pod.meta.uid.to_string(),

@@ -344,20 +344,15 @@ impl Object {
 
     /// `metadata.labels` as (key, text) pairs.
     pub fn labels(&self) -> Vec<(String, String)> {
-        packed_labels(&self.packed)
+        self.packed
+            .lookup(&["metadata", "labels"])
+            .map(|l| {
+                value::entries(&l)
+                    .map(|(k, v)| (value::to_text(k), value::to_text(v)))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
-}
-
-/// `metadata.labels` of a packed object as (key, text) pairs.
-fn packed_labels(packed: &Packed) -> Vec<(String, String)> {
-    packed
-        .lookup(&["metadata", "labels"])
-        .map(|l| {
-            value::entries(&l)
-                .map(|(k, v)| (value::to_text(k), value::to_text(v)))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// A pod: its projection packed (see [`project_pod`]), what accounting reads, computed once,
@@ -610,9 +605,11 @@ impl PodFacts {
 }
 
 impl Pod {
-    /// `metadata.labels` as (key, text) pairs.
-    pub fn labels(&self) -> Vec<(String, String)> {
-        packed_labels(&self.packed)
+    /// The value of label `key` (unpacking only that label), when it is a string.
+    pub fn label(&self, key: &str) -> Option<String> {
+        self.packed
+            .lookup(&["metadata", "labels", key])
+            .and_then(|v| crate::expr::value::as_str(&v).map(str::to_owned))
     }
 
     /// Builds a pod from JSON (see [`Object::from_json`] for failure rules), keeping only

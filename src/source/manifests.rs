@@ -491,14 +491,10 @@ pub(crate) fn convert(text: &str, limits: Limits) -> Result<Converted, manifest:
             return Ok(out);
         }
     }
-    // YAML: one document at a time when the stream can be cut, else whole (JSON text, an
-    // array or an object, is parsed as JSON by the whole parse).
-    let trimmed = text.trim_start();
-    if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
-        let mut out = Converted::default();
-        if manifest::yaml_documents(text, &mut |d| out.add(Cached::from_json(&d, limits)))? {
-            return Ok(out);
-        }
+    // YAML: one document at a time when the stream can be cut, else whole.
+    let mut out = Converted::default();
+    if manifest::yaml_documents(text, &mut |d| out.add(Cached::from_json(&d, limits)))? {
+        return Ok(out);
     }
     let mut out = Converted::default();
     for d in &manifest::parse_documents(text)? {

@@ -1,5 +1,5 @@
 //! Reads a pod's owners straight from the API server at admission, when the cache has not
-//! seen them yet (a JobSet's Job is created moments before its pods): one GET per owner,
+//! seen them yet (an intermediate owner is created moments before its pods): one GET per owner,
 //! each kind resolved once with per-group discovery (`pinned_kind`) and remembered. Also a
 //! namespace's labels for policies with a `namespaceSelector`, remembered for
 //! [`NAMESPACE_TTL`].

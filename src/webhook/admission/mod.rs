@@ -12,6 +12,7 @@
 //! its uid. The objects are read and judged on the evaluation threads. See
 //! `docs/karta-status.md` and `deploy/webhook/`.
 
+pub(crate) mod answers;
 pub mod review;
 pub mod wire;
 

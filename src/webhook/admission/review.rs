@@ -1,9 +1,10 @@
 //! The admission decisions on one Karta object; synchronous, run on an evaluation thread.
 
+use super::answers::{allow, allow_patch, label_ops};
 use super::wire::{Head, Objects, Response, Status};
 use crate::definition::Catalog;
 use crate::karta;
-use serde_json::{Value as Json, json};
+use serde_json::Value as Json;
 
 /// Which webhook is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,14 +31,6 @@ fn deny(uid: &str, code: u16, reason: &str, message: String) -> Response {
             reason: reason.to_owned(),
             code,
         }),
-        ..Response::default()
-    }
-}
-
-fn allow(uid: &str) -> Response {
-    Response {
-        uid: uid.to_owned(),
-        allowed: true,
         ..Response::default()
     }
 }
@@ -115,32 +108,7 @@ fn mutate(uid: &str, object: &Json) -> Response {
     if missing.is_empty() {
         return allow(uid);
     }
-    let has_labels = object
-        .pointer("/metadata/labels")
-        .is_some_and(Json::is_object);
-    let ops: Vec<Json> = if has_labels {
-        missing
-            .iter()
-            .map(|(k, v)| {
-                // RFC 6901: `~` → `~0`, `/` → `~1`.
-                let key = k.replace('~', "~0").replace('/', "~1");
-                json!({"op": "add", "path": format!("/metadata/labels/{key}"), "value": v})
-            })
-            .collect()
-    } else {
-        vec![json!({"op": "add", "path": "/metadata/labels", "value": missing})]
-    };
-    let patch = serde_json::to_vec(&ops).unwrap_or_default();
-    Response {
-        uid: uid.to_owned(),
-        allowed: true,
-        patch: Some(base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            patch,
-        )),
-        patch_type: Some("JSONPatch".to_owned()),
-        ..Response::default()
-    }
+    allow_patch(uid, &Json::Array(label_ops(object, &missing)))
 }
 
 fn validate(

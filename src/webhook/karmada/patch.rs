@@ -4,18 +4,8 @@
 pub use crate::definition::assign::Step;
 use serde_json::{Value as Json, json};
 
-/// The JSON pointer (RFC 6901) of a path.
-pub fn pointer(path: &[Step]) -> String {
-    let mut out = String::new();
-    for step in path {
-        out.push('/');
-        match step {
-            Step::Key(k) => out.push_str(&k.replace('~', "~0").replace('/', "~1")),
-            Step::Index(i) => out.push_str(&i.to_string()),
-        }
-    }
-    out
-}
+/// The JSON pointer (RFC 6901) of a path: the write path's.
+pub use crate::patch::ops::pointer;
 
 /// Why a value cannot be put at a path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -13,9 +13,10 @@
 pub mod pods;
 pub mod workloads;
 
+use super::admission::answers::{allow, allow_patch, allow_warning};
 use super::admission::wire::{Head, Objects, Response};
 use super::admission::{bad_request, encode, envelope};
-use crate::model::Object;
+use crate::model::{Object, OwnerRef};
 use crate::server::Shared;
 use bytes::Bytes;
 use hyper::StatusCode;
@@ -106,6 +107,8 @@ async fn answer(
     // labels are read first (the review's head is read on an evaluation thread).
     let mut body = body;
     let mut namespace_labels = None;
+    // The head, when it was read for the namespace (not read twice).
+    let mut read_head: Option<Head> = None;
     if let Some(lookup) = &lookup
         && route == Route::Workloads
         && policies.current().needs_namespace_labels()
@@ -115,10 +118,12 @@ async fn answer(
             .run(move || (envelope(&body.bytes), body))
             .await?;
         body = back;
-        let namespace = match head {
-            Ok(head) => head.namespace.unwrap_or_default(),
+        let head = match head {
+            Ok(head) => head,
             Err(message) => return Ok(Err(message)),
         };
+        let namespace = head.namespace.clone().unwrap_or_default();
+        read_head = Some(head);
         if !namespace.is_empty() {
             match tokio::time::timeout_at(budget, lookup.namespace_labels(&namespace)).await {
                 Ok(Ok(labels)) => namespace_labels = labels,
@@ -134,7 +139,8 @@ async fn answer(
     let first = shared
         .evaluations
         .run(move || {
-            let answered = envelope(&body.bytes).map(|head| match route {
+            let head = read_head.map_or_else(|| envelope(&body.bytes), Ok);
+            let answered = head.map(|head| match route {
                 Route::Workloads => {
                     let catalog = store.catalog();
                     pods::Step::Done(workloads::answer(
@@ -160,17 +166,23 @@ async fn answer(
     let Some(lookup) = lookup else {
         return Ok(Ok(match step {
             pods::Step::Done(r) => r,
-            pods::Step::Fetch(pending) => pods::give_up(&pending, &shared.policies),
+            pods::Step::Fetch(pending, _) => pods::give_up(&pending, &shared.policies),
         }));
     };
     let mut fetched: Vec<Arc<Object>> = Vec::new();
     loop {
-        let pending = match step {
+        let (pending, owner) = match step {
             pods::Step::Done(r) => return Ok(Ok(r)),
-            pods::Step::Fetch(pending) => pending,
+            pods::Step::Fetch(pending, owner) => (pending, owner),
         };
         let counters = &shared.policies.counters;
-        let (api_version, kind, name, uid) = &pending.owner;
+        let OwnerRef {
+            api_version,
+            kind,
+            name,
+            uid,
+            ..
+        } = &owner;
         let got = tokio::time::timeout_at(
             budget,
             lookup.get(api_version, kind, &pending.namespace, name),
@@ -219,42 +231,6 @@ async fn answer(
             .evaluations
             .run(move || pods::place(pending, store.as_ref(), &now, &policies, more))
             .await?;
-    }
-}
-
-/// Admitted unchanged.
-pub(crate) fn allow(uid: &str) -> Response {
-    Response {
-        uid: uid.to_owned(),
-        allowed: true,
-        ..Response::default()
-    }
-}
-
-/// Admitted unchanged, with a warning for the client (bounded).
-pub(crate) fn allow_warning(uid: &str, warning: String) -> Response {
-    let mut warning = format!("kartograf: {warning}");
-    crate::excerpt::bound(&mut warning, 512);
-    Response {
-        uid: uid.to_owned(),
-        allowed: true,
-        warnings: vec![warning],
-        ..Response::default()
-    }
-}
-
-/// Admitted with `ops` (an RFC 6902 patch), base64 as Go encodes `[]byte`.
-pub(crate) fn allow_patch(uid: &str, ops: &Json) -> Response {
-    let bytes = serde_json::to_vec(ops).unwrap_or_default();
-    Response {
-        uid: uid.to_owned(),
-        allowed: true,
-        patch: Some(base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            bytes,
-        )),
-        patch_type: Some("JSONPatch".to_owned()),
-        ..Response::default()
     }
 }
 

@@ -7,11 +7,12 @@
 use super::{allow, allow_patch, allow_warning, gvk, object};
 use crate::board::NewPod;
 use crate::board::pod_labels::for_pod;
-use crate::model::{Object, Pod};
+use crate::model::{Object, OwnerRef, Pod};
 use crate::policy::Live;
 use crate::server::Store;
+use crate::webhook::admission::answers::label_ops;
 use crate::webhook::admission::wire::{Head, Response};
-use serde_json::{Value as Json, json};
+use serde_json::Value as Json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -25,16 +26,15 @@ pub struct Pending {
     model: Pod,
     /// The namespace of the pod (and of every owner it may claim).
     pub namespace: String,
-    /// The owner to read: API version, kind, name, and the uid its reference names.
-    pub owner: (String, String, String, String),
 }
 
 /// What one look at a review gave.
 pub enum Step {
     /// The answer.
     Done(Response),
-    /// The owner is not cached: read it, then [`place`] again.
-    Fetch(Box<Pending>),
+    /// The owner is not cached: read it (the object read must have the reference's uid),
+    /// then [`place`] again.
+    Fetch(Box<Pending>, OwnerRef),
 }
 
 /// Reads one review and places its pod among the cached objects (always allowing).
@@ -104,7 +104,6 @@ pub fn answer(head: &Head, body: &[u8], store: &dyn Store, policies: &Live, look
         pod,
         model,
         namespace,
-        owner: Default::default(),
     };
     place(Box::new(pending), store, &[], policies, lookup)
 }
@@ -112,7 +111,7 @@ pub fn answer(head: &Head, body: &[u8], store: &dyn Store, policies: &Live, look
 /// Places a read review's pod, with `fetched` owners read from the cluster (`lookup`: more
 /// may still be read).
 pub fn place(
-    mut pending: Box<Pending>,
+    pending: Box<Pending>,
     store: &dyn Store,
     fetched: &[Arc<Object>],
     policies: &Live,
@@ -132,15 +131,9 @@ pub fn place(
         NewPod::Placed { .. } => {
             counters.pods_labelled.fetch_add(1, Ordering::Relaxed);
         }
-        NewPod::OwnerNotCached {
-            api_version,
-            kind,
-            name,
-            uid,
-        } => {
+        NewPod::OwnerNotCached(owner) => {
             if lookup {
-                pending.owner = (api_version.clone(), kind.clone(), name.clone(), uid.clone());
-                return Step::Fetch(pending);
+                return Step::Fetch(pending, owner.clone());
             }
             counters
                 .pods_owner_not_cached
@@ -167,32 +160,4 @@ pub fn give_up(pending: &Pending, policies: &Live) -> Response {
         .pods_owner_not_cached
         .fetch_add(1, Ordering::Relaxed);
     allow(&pending.uid)
-}
-
-/// The operations that make `object`'s labels hold `labels` (existing other labels kept).
-fn label_ops(
-    object: &Json,
-    labels: &std::collections::BTreeMap<&'static str, String>,
-) -> Vec<Json> {
-    if labels.is_empty() {
-        return Vec::new();
-    }
-    match object.pointer("/metadata/labels") {
-        Some(Json::Object(have)) => labels
-            .iter()
-            .filter(|(k, v)| have.get(**k).and_then(Json::as_str) != Some(v.as_str()))
-            .map(|(k, v)| {
-                // RFC 6901: `~` → `~0`, `/` → `~1`.
-                let key = k.replace('~', "~0").replace('/', "~1");
-                json!({"op": "add", "path": format!("/metadata/labels/{key}"), "value": v})
-            })
-            .collect(),
-        // Absent or null (a non-object is replaced: the API server would refuse it anyway).
-        _ => match object.get("metadata") {
-            Some(Json::Object(_)) => {
-                vec![json!({"op": "add", "path": "/metadata/labels", "value": labels})]
-            }
-            _ => vec![json!({"op": "add", "path": "/metadata", "value": {"labels": labels}})],
-        },
-    }
 }
