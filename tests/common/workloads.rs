@@ -22,3 +22,25 @@ pub fn lws(name: &str, replicas: &str) -> String {
         &format!("uid: {name}-uid"),
     )
 }
+
+/// Every realistic snapshot file (`tests/catalog/<framework>/`, `examples/cluster/`; YAML
+/// and JSON, not the `.expect.yaml` expectations), sorted.
+pub fn snapshot_files() -> Vec<std::path::PathBuf> {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    let mut stack = vec![root.join("tests/catalog"), root.join("examples/cluster")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("readable").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "yaml" || x == "json")
+                && !p.to_string_lossy().ends_with(".expect.yaml")
+            {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}

@@ -8,10 +8,10 @@
 //! ([`crate::patch::check_patched`]). A kind whose definition has no place for a value is
 //! admitted unchanged with a warning naming the definition.
 
+use crate::admission::read_answer;
 use crate::patch::{
     LABEL, SCHEDULER, check_patched, has_label_place, has_scheduler_place, realistic,
 };
-use base64::Engine;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kartograf::definition::{Catalog, LoadReport};
 use kartograf::index::Index;
@@ -112,25 +112,6 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
         raw = &raw[end + 2 + size + 2..];
     }
     out
-}
-
-/// The response as the API server reads it: uid echoed, allowed, and the decoded patch.
-fn read_answer(uid: &str, code: u16, body: &[u8]) -> (Json, Option<Json>) {
-    assert_eq!(code, 200, "{}", String::from_utf8_lossy(body));
-    let v: Json = serde_json::from_slice(body).expect("JSON");
-    assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
-    assert_eq!(v["kind"], "AdmissionReview");
-    let r = v["response"].clone();
-    assert_eq!(r["uid"], uid);
-    assert_eq!(r["allowed"], true, "a policy never blocks: {r}");
-    let patch = r["patch"].as_str().map(|b64| {
-        assert_eq!(r["patchType"], "JSONPatch");
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .expect("standard base64, as Go decodes []byte");
-        serde_json::from_slice(&bytes).expect("a JSON patch")
-    });
-    (r, patch)
 }
 
 /// A webhook listener (on its own runtime) with `policies` over an empty index.

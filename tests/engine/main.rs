@@ -1,6 +1,8 @@
 //! Engine tests: expressions, definitions, resolution and the offline CLI, in one test
 //! binary (one link) as the build guide asks.
 
+#[path = "../common/admission.rs"]
+mod admission;
 #[path = "../common/process.rs"]
 mod process;
 #[path = "../common/workloads.rs"]

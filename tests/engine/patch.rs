@@ -26,25 +26,8 @@ pub(crate) const LABEL: (&str, &str) = ("kai.scheduler/queue", "team-a");
 /// Every object of a kind the catalog defines (exact version) in the realistic snapshots.
 pub(crate) fn realistic() -> Vec<(Arc<Definition>, String, Json)> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    for dir in ["tests/catalog", "examples/cluster"] {
-        let mut stack = vec![root.join(dir)];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).expect("readable").flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if p.extension().is_some_and(|x| x == "yaml" || x == "json")
-                    && !p.to_string_lossy().ends_with(".expect.yaml")
-                {
-                    files.push(p);
-                }
-            }
-        }
-    }
-    files.sort();
     let mut out = Vec::new();
-    for f in files {
+    for f in crate::workloads::snapshot_files() {
         let text = std::fs::read_to_string(&f).expect("readable");
         let Ok(docs) = kartograf::manifest::parse_documents(&text) else {
             continue;

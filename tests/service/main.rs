@@ -1,6 +1,8 @@
 //! Service tests: the real gRPC server over loopback with the generated client, fed by a
 //! watched manifest directory and a hot-reloaded definitions directory.
 
+#[path = "../common/admission.rs"]
+mod admission;
 mod aggregator;
 #[path = "../common/attacks.rs"]
 mod attacks;

@@ -10,48 +10,23 @@
 //!   reading owners the cache has not seen and the labelling pass catching the rest, finds
 //!   every pod labelled within a bounded time.
 
-use crate::policy_admission::{apply, ask, review};
+use crate::policy_admission::{apply, ask, catalog, listen, review};
 use kartograf::board::pod_labels::label_value;
-use kartograf::definition::{Catalog, LoadReport, catalog::load_embedded};
+use kartograf::definition::LoadReport;
 use kartograf::index::{Index, Write};
 use kartograf::proto::v1 as pb;
 use kartograf::server::Shared;
-use kartograf::webhook::{self, mutate};
+use kartograf::webhook::mutate;
 use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn catalog() -> Catalog {
-    static CATALOG: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
-    CATALOG
-        .get_or_init(|| {
-            let (embedded, errors) = load_embedded();
-            assert!(errors.is_empty());
-            Catalog::from_layers(1, [embedded, Vec::new(), Vec::new()])
-        })
-        .clone()
-}
-
 /// Every snapshot file: (path relative to the crate, its documents).
 fn snapshots() -> Vec<(String, Vec<Json>)> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    let mut stack = vec![root.join("tests/catalog"), root.join("examples/cluster")];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("readable").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "yaml" || x == "json")
-                && !p.to_string_lossy().ends_with(".expect.yaml")
-            {
-                files.push(p);
-            }
-        }
-    }
-    files.sort();
+    let files = crate::workloads::snapshot_files();
     files
         .into_iter()
         .filter_map(|f| {
@@ -159,13 +134,7 @@ async fn pods_of_every_catalog_kind_get_their_workload_component_and_replica_lab
         let _ = index.batch().write(Write::reset("snapshot", &docs));
         let (_tx, rx) = tokio::sync::watch::channel(false);
         let shared = Shared::new(index.clone(), Arc::new(LoadReport::default()), rx);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(webhook::serve(
-            listener,
-            shared,
-            webhook::Settings::default(),
-        ));
+        let (addr, server) = listen(shared).await;
         for (n, pod) in docs.iter().filter(|d| is_pod(d)).enumerate() {
             let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
             let Some(mut want) = want.get(uid).cloned() else {
@@ -294,13 +263,7 @@ async fn an_owner_not_cached_is_read_from_the_cluster_and_the_pod_labelled() {
         )),
     );
     let policies = shared.policies.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(webhook::serve(
-        listener,
-        shared,
-        webhook::Settings::default(),
-    ));
+    let (addr, _server) = listen(shared).await;
     let pod = race_pod(0, 1);
     let (_, patch) = ask(
         addr,
@@ -376,13 +339,7 @@ async fn owners_and_pods_created_back_to_back_all_end_up_labelled() {
         },
         rx,
     ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(webhook::serve(
-        listener,
-        shared,
-        webhook::Settings::default(),
-    ));
+    let (addr, _server) = listen(shared).await;
     let started = std::time::Instant::now();
     let mut at_admission = 0;
     for k in 0..WORKLOADS {
@@ -487,13 +444,7 @@ async fn owners_read_directly_that_do_not_add_up_label_nothing() {
             kartograf::source::kube::owner_lookup::ClusterLookup::new(fake.client()),
         ));
     let policies = shared.policies.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(webhook::serve(
-        listener,
-        shared,
-        webhook::Settings::default(),
-    ));
+    let (addr, _server) = listen(shared).await;
     let (_, patch) = ask(
         addr,
         mutate::PODS,

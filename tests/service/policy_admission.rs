@@ -5,7 +5,6 @@
 //! places them.
 
 use crate::karmada::exchange;
-use base64::Engine;
 use kartograf::definition::{Catalog, LoadReport, catalog::load_embedded};
 use kartograf::index::{Index, Write};
 use kartograf::patch::Intents;
@@ -34,12 +33,38 @@ fn cluster_docs() -> Vec<Json> {
     kartograf::manifest::parse_documents(&text).unwrap()
 }
 
+/// The embedded catalog (compiled once per test binary).
+pub(crate) fn catalog() -> Catalog {
+    static CATALOG: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+    CATALOG
+        .get_or_init(|| {
+            let (embedded, errors) = load_embedded();
+            assert!(errors.is_empty());
+            Catalog::from_layers(1, [embedded, Vec::new(), Vec::new()])
+        })
+        .clone()
+}
+
+/// Serves the webhook routes over `shared` on a loopback port: the address and the task.
+pub(crate) async fn listen(
+    shared: Shared,
+) -> (
+    SocketAddr,
+    tokio::task::JoinHandle<Result<(), webhook::tls::TlsError>>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(webhook::serve(
+        listener,
+        shared,
+        webhook::Settings::default(),
+    ));
+    (addr, server)
+}
+
 /// A webhook listener over an index holding the demo JobSet, with [`POLICIES`].
 async fn serve() -> (SocketAddr, Arc<Index>, tokio::sync::watch::Sender<bool>) {
-    let (embedded, errors) = load_embedded();
-    assert!(errors.is_empty());
-    let catalog = Catalog::from_layers(1, [embedded, Vec::new(), Vec::new()]);
-    let index: Arc<Index> = Arc::new(Index::new(catalog, &[]));
+    let index: Arc<Index> = Arc::new(Index::new(catalog(), &[]));
     assert!(
         index
             .batch()
@@ -53,13 +78,7 @@ async fn serve() -> (SocketAddr, Arc<Index>, tokio::sync::watch::Sender<bool>) {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let shared = Shared::new(index.clone(), Arc::new(LoadReport::default()), rx)
         .with_policies(Live::load(&file).unwrap());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(webhook::serve(
-        listener,
-        shared,
-        webhook::Settings::default(),
-    ));
+    let (addr, _server) = listen(shared).await;
     (addr, index, tx)
 }
 
@@ -100,21 +119,7 @@ pub(crate) async fn ask(
 ) -> (Json, Option<Json>) {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (code, answer) = exchange(stream, "POST", path, body).await;
-    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&answer));
-    let v: Json = serde_json::from_slice(&answer).unwrap();
-    assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
-    assert_eq!(v["kind"], "AdmissionReview");
-    let r = v["response"].clone();
-    assert_eq!(r["uid"], uid);
-    assert_eq!(r["allowed"], true, "a policy never blocks: {r}");
-    let patch = r["patch"].as_str().map(|b64| {
-        assert_eq!(r["patchType"], "JSONPatch");
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .expect("standard base64, as Go decodes []byte");
-        serde_json::from_slice(&bytes).expect("a JSON patch")
-    });
-    (r, patch)
+    crate::admission::read_answer(uid, code, &answer)
 }
 
 pub(crate) fn apply(doc: &Json, ops: &Json) -> Json {
@@ -147,9 +152,7 @@ async fn a_covered_workload_gets_the_policy_on_every_pod_template_and_others_pas
         assert_eq!(t["metadata"]["labels"]["kai.scheduler/queue"], "team-ml");
     }
     // Planned again on the patched object, nothing is left to write.
-    let (embedded, _) = load_embedded();
-    let catalog = Catalog::from_layers(1, [embedded, Vec::new(), Vec::new()]);
-    let def = catalog
+    let def = catalog()
         .lookup("jobset.x-k8s.io/v1alpha2", "JobSet")
         .unwrap()
         .definition;
@@ -327,11 +330,7 @@ policies:
 "#,
     )
     .unwrap();
-    let (embedded, _) = load_embedded();
-    let index = Arc::new(Index::new(
-        Catalog::from_layers(1, [embedded, Vec::new(), Vec::new()]),
-        &[],
-    ));
+    let index = Arc::new(Index::new(catalog(), &[]));
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let shared = Shared::new(
         index,
@@ -342,13 +341,7 @@ policies:
     .with_owner_lookup(Arc::new(
         kartograf::source::kube::owner_lookup::ClusterLookup::new(fake.client()),
     ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(webhook::serve(
-        listener,
-        shared,
-        webhook::Settings::default(),
-    ));
+    let (addr, _server) = listen(shared).await;
     let gvk = ("jobset.x-k8s.io", "v1alpha2", "JobSet");
     let scheduler = |p: &Option<Json>, js: &Json| {
         p.as_ref().map(|p| apply(js, p)).map(|o| {
