@@ -16,8 +16,10 @@
 //!   cap, one peer (IP address) may keep at most a per-peer cap of connections; at either
 //!   cap a new connection **evicts** the one that has waited longest without completing a
 //!   request head (none in progress), so a probe or a legitimate client always gets in while
-//!   slow heads hold the port. Only when every connection in the way is serving a request is
-//!   the new one closed at once.
+//!   slow heads hold the port. A connection counts as waiting only while the server waits for
+//!   it: not before its first read, nor while bytes it sent wait unread (a busy server never
+//!   evicts a request it has not got round to reading). Only when every connection in the way
+//!   is serving a request or has bytes unread is the new one closed, after a short wait.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -107,9 +109,11 @@ pub struct Conn {
     watches: Mutex<Vec<Weak<Stall>>>,
     /// Set when a newer connection took its place (see [`Gate::http`]).
     evicted: AtomicBool,
-    /// Set once the server read from it: until then it may hold a whole request head not
-    /// read yet, so it is not evicted.
-    polled: AtomicBool,
+    /// Set while the server waits for the client: its last read found nothing and nothing
+    /// arrived since. Clear before the first read and from the moment bytes (or the close)
+    /// arrive until the server has read them, so a connection whose request head sits
+    /// unread in the socket is never evicted, however busy the server is.
+    waiting: AtomicBool,
     /// The task reading the connection, woken on eviction.
     reader: Mutex<Option<Waker>>,
 }
@@ -122,15 +126,15 @@ impl Conn {
             idle_since: AtomicU64::new(now_ms()),
             watches: Mutex::new(Vec::new()),
             evicted: AtomicBool::new(false),
-            polled: AtomicBool::new(false),
+            waiting: AtomicBool::new(false),
             reader: Mutex::new(None),
         }
     }
 
-    /// Since when it waits for a request head (`None`: a request is in progress, or the
-    /// server has not read from it yet).
+    /// Since when it waits for a request head (`None`: a request is in progress, or bytes
+    /// wait for the server to read them).
     fn waiting_since(&self) -> Option<u64> {
-        (self.open.load(Ordering::Relaxed) == 0 && self.polled.load(Ordering::Relaxed))
+        (self.open.load(Ordering::Relaxed) == 0 && self.waiting.load(Ordering::Acquire))
             .then(|| self.idle_since.load(Ordering::Relaxed))
     }
 
@@ -305,6 +309,11 @@ impl Gate {
         Gate::http(limits, usize::MAX)
     }
 
+    /// True for an HTTP/1 gate, which evicts at its caps.
+    fn evicting(&self) -> bool {
+        matches!(self.slots, Slots::Evicting(_))
+    }
+
     /// `io` guarded, or `None` (drop it: that closes it) when the limit is reached.
     pub fn admit<IO>(&self, io: IO, remote: Option<SocketAddr>) -> Option<Guarded<IO>> {
         self.try_admit(io, remote).ok()
@@ -337,6 +346,7 @@ impl Gate {
             scanned: now,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             armed: None,
+            wake: None,
             _place: place,
         })
     }
@@ -400,41 +410,70 @@ fn once_per(last: &AtomicU64, every_ms: u64) -> bool {
 
 /// The connections accepted on `listener` that `gate` admits (TCP_NODELAY set): the others
 /// are closed at once. `port` names the listener in logs.
+///
+/// A connection that must wait for room at an evicting gate (see [`admit_or_wait`]) waits
+/// beside the accept loop, not in it: the loop goes on accepting, so one peer's connections
+/// waiting at its cap never delay another peer's. At most [`MAX_WAITING`] wait at once; more
+/// are closed at once.
 pub fn incoming(
     listener: tokio::net::TcpListener,
     gate: Gate,
     port: &'static str,
 ) -> impl futures::Stream<Item = io::Result<Guarded<tokio::net::TcpStream>>> {
-    futures::stream::unfold((listener, gate), move |(listener, gate)| async move {
-        loop {
-            match listener.accept().await {
-                Ok((stream, remote)) => {
-                    // Responses span several segments: without TCP_NODELAY, Nagle and
-                    // delayed ACKs add ~40 ms.
-                    let _ = stream.set_nodelay(true);
-                    match admit_or_wait(&gate, stream, Some(remote)).await {
-                        Some(guarded) => return Some((Ok(guarded), (listener, gate))),
-                        None => refused(port, gate.limits.max_connections),
+    use futures::FutureExt;
+    type Waiting = futures::future::BoxFuture<'static, Option<Guarded<tokio::net::TcpStream>>>;
+    let waiting: futures::stream::FuturesUnordered<Waiting> = Default::default();
+    futures::stream::unfold(
+        (listener, gate, waiting),
+        move |(listener, gate, mut waiting)| async move {
+            loop {
+                tokio::select! {
+                    Some(admitted) = futures::StreamExt::next(&mut waiting), if !waiting.is_empty() => {
+                        match admitted {
+                            Some(guarded) => return Some((Ok(guarded), (listener, gate, waiting))),
+                            None => refused(port, gate.limits.max_connections),
+                        }
                     }
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(port, error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, remote)) => {
+                            // Responses span several segments: without TCP_NODELAY, Nagle and
+                            // delayed ACKs add ~40 ms.
+                            let _ = stream.set_nodelay(true);
+                            match gate.try_admit(stream, Some(remote)) {
+                                Ok(guarded) => return Some((Ok(guarded), (listener, gate, waiting))),
+                                Err(stream) if gate.evicting() && waiting.len() < MAX_WAITING => {
+                                    let gate = gate.clone();
+                                    waiting.push(
+                                        async move { admit_or_wait(&gate, stream, Some(remote)).await }
+                                            .boxed(),
+                                    );
+                                }
+                                Err(_) => refused(port, gate.limits.max_connections),
+                            }
+                        }
+                        Err(e) => {
+                            // Out of file descriptors and the like: back off instead of spinning.
+                            tracing::warn!(port, error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    },
                 }
             }
-        }
-    })
+        },
+    )
 }
 
-/// Longest an evicting gate's accept loop waits for a connection to become evictable.
+/// Longest an evicting gate's new connection waits for a connection to become evictable.
 const ADMIT_WAIT: Duration = Duration::from_millis(250);
 
+/// Connections of one port waiting for room at once (each holds its socket).
+const MAX_WAITING: usize = 256;
+
 /// `stream` admitted by `gate`. At an evicting gate's cap where no connection can be evicted
-/// yet (every one is serving a request or has not been read from: after a burst of
-/// connections, or with the server's threads busy), waits up to [`ADMIT_WAIT`] for one to
-/// become evictable, as the connections already accepted get read, instead of closing the
-/// new one at once. Connections arriving meanwhile wait in the listen backlog.
+/// yet (every one is serving a request, has bytes unread or has not been read from: after a
+/// burst of connections, or with the server's threads busy), waits up to [`ADMIT_WAIT`] for
+/// one to become evictable, as the connections already accepted get read, instead of closing
+/// the new one at once.
 async fn admit_or_wait<IO>(
     gate: &Gate,
     mut stream: IO,
@@ -445,7 +484,7 @@ async fn admit_or_wait<IO>(
         match gate.try_admit(stream, remote) {
             Ok(guarded) => return Some(guarded),
             Err(back) => {
-                if !matches!(gate.slots, Slots::Evicting(_)) || started.elapsed() >= ADMIT_WAIT {
+                if !gate.evicting() || started.elapsed() >= ADMIT_WAIT {
                     return None;
                 }
                 stream = back;
@@ -484,7 +523,29 @@ pub struct Guarded<IO> {
     timer: Pin<Box<tokio::time::Sleep>>,
     /// The timer's deadline when it is set.
     armed: Option<u64>,
+    /// The reading task's waker and the same waker wrapped to clear `waiting` when woken
+    /// (kept to wrap each waker once).
+    wake: Option<(Waker, Waker)>,
     _place: Place,
+}
+
+/// Wakes the reading task and notes that its connection has something to read.
+struct ReadWake {
+    conn: Weak<Conn>,
+    task: Waker,
+}
+
+impl std::task::Wake for ReadWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(conn) = self.conn.upgrade() {
+            conn.waiting.store(false, Ordering::Release);
+        }
+        self.task.wake_by_ref();
+    }
 }
 
 impl<IO> Guarded<IO> {
@@ -581,18 +642,37 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         this.check(cx)?;
-        if matches!(this._place, Place::Slot(_)) {
-            let mut reader = this.conn.reader.lock();
-            if !reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *reader = Some(cx.waker().clone());
-            }
-        }
         let before = buf.filled().len();
-        let result = Pin::new(&mut this.io).poll_read(cx, buf);
-        if result.is_pending() {
-            // The server waits for the client: from now on it may be evicted.
-            this.conn.polled.store(true, Ordering::Relaxed);
-        }
+        let result = if matches!(this._place, Place::Slot(_)) {
+            {
+                let mut reader = this.conn.reader.lock();
+                if !reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *reader = Some(cx.waker().clone());
+                }
+            }
+            if !this
+                .wake
+                .as_ref()
+                .is_some_and(|(w, _)| w.will_wake(cx.waker()))
+            {
+                let wrapped = Waker::from(Arc::new(ReadWake {
+                    conn: Arc::downgrade(&this.conn),
+                    task: cx.waker().clone(),
+                }));
+                this.wake = Some((cx.waker().clone(), wrapped));
+            }
+            let wrapped = this.wake.as_ref().map_or(cx.waker(), |(_, w)| w);
+            // Evictable from here unless this read finds bytes, or bytes arrive (the
+            // wrapped waker clears it) before the next.
+            this.conn.waiting.store(true, Ordering::Release);
+            let result = Pin::new(&mut this.io).poll_read(&mut Context::from_waker(wrapped), buf);
+            if result.is_ready() {
+                this.conn.waiting.store(false, Ordering::Release);
+            }
+            result
+        } else {
+            Pin::new(&mut this.io).poll_read(cx, buf)
+        };
         if let Poll::Ready(Ok(())) = result {
             let n = buf.filled().len().saturating_sub(before);
             this.read = this.read.saturating_add(n as u64).min(GREETING);
@@ -861,5 +941,73 @@ mod tests {
         let (server, _c4) = tokio::io::duplex(64);
         assert!(admit_or_wait(&gate, server, peer(3)).await.is_none());
         assert!(started.elapsed() >= ADMIT_WAIT, "{:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn a_connection_whose_request_waits_unread_is_not_evicted() {
+        let gate = Gate::http(limits(), 1);
+        let (server, mut client) = tokio::io::duplex(64);
+        let mut sent = gate.admit(server, peer(1)).expect("first");
+        let mut buf = [0u8; 8];
+        // The server read once and found nothing: it waits for the client.
+        let _ = tokio::time::timeout(Duration::from_millis(1), sent.read(&mut buf)).await;
+        assert!(sent.conn().waiting_since().is_some());
+        // The request arrives while the server is busy elsewhere: not evictable.
+        client.write_all(b"GET /livez").await.unwrap();
+        assert!(sent.conn().waiting_since().is_none());
+        let (other, _c2) = tokio::io::duplex(64);
+        assert!(
+            gate.admit(other, peer(1)).is_none(),
+            "its bytes wait unread"
+        );
+        // Read, and waiting again: now it is the one to go.
+        assert_eq!(sent.read(&mut buf).await.unwrap(), 8);
+        assert_eq!(sent.read(&mut buf).await.unwrap(), 2);
+        let _ = tokio::time::timeout(Duration::from_millis(1), sent.read(&mut buf)).await;
+        let (other, _c3) = tokio::io::duplex(64);
+        assert!(
+            gate.admit(other, peer(1)).is_some(),
+            "evicts the waiting one"
+        );
+        read_fails_within(&mut sent, Duration::from_millis(100)).await;
+    }
+
+    #[tokio::test]
+    async fn a_connection_waiting_for_room_does_not_hold_up_another_peer() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let gate = Gate::http(
+            Limits {
+                max_connections: 16,
+                ..limits()
+            },
+            1,
+        );
+        let mut accepted = std::pin::pin!(incoming(listener, gate, "test"));
+        let from = |ip: [u8; 4]| async move {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(SocketAddr::from((ip, 0))).unwrap();
+            socket.connect(addr).await.unwrap()
+        };
+        let _busy_client = from([127, 0, 0, 1]).await;
+        let busy = futures::StreamExt::next(&mut accepted)
+            .await
+            .unwrap()
+            .unwrap();
+        let _serving = busy.conn().request();
+        // 127.0.0.1 is at its cap with nothing evictable: its next connection waits for room.
+        let _waiting_client = from([127, 0, 0, 1]).await;
+        let _other_client = from([127, 0, 0, 2]).await;
+        let started = Instant::now();
+        let next = futures::StreamExt::next(&mut accepted)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(next.remote.map(|r| r.ip()), Some([127, 0, 0, 2].into()));
+        assert!(
+            started.elapsed() < ADMIT_WAIT,
+            "another peer waited {:?} behind it",
+            started.elapsed()
+        );
     }
 }
