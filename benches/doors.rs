@@ -28,12 +28,9 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+#[path = "../tests/common/ports.rs"]
+mod ports;
+use ports::free_port;
 
 fn rss_mib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -31,12 +31,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+#[path = "../tests/common/ports.rs"]
+mod ports;
+use ports::free_port;
 
 fn clock_ticks() -> f64 {
     Command::new("getconf")

@@ -132,12 +132,9 @@ fn in_process(rounds: usize) {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+#[path = "../tests/common/ports.rs"]
+mod ports;
+use ports::free_port;
 
 async fn load<F, Fut>(concurrency: usize, seconds: f64, call: F) -> (f64, Duration, Duration)
 where

@@ -374,7 +374,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .with_context(|| format!("binding {}", args.listen))?;
+        .with_context(|| format!("binding the gRPC port {}", args.listen))?;
     let local = listener.local_addr()?;
     let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
         .await

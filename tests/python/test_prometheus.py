@@ -55,11 +55,11 @@ from pathlib import Path
 
 import pytest
 
+from ports import free_port
 from test_client import (  # noqa: F401 (`api` is a fixture)
     REPO,
     RPC_TIMEOUT,
     api,
-    free_port,
     replace_file,
     start_server,
 )

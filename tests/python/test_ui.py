@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "examples" / "cluster"
@@ -59,11 +59,6 @@ def binary() -> Path:
     path = Path(os.environ.get("KARTOGRAF_BIN", "target/debug/kartograf"))
     return path if path.is_absolute() else REPO / path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def hostile_pod() -> dict:

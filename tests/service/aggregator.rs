@@ -1101,13 +1101,7 @@ impl Drop for Process {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::ports::free_port;
 
 fn serve(args: &[&str]) -> (Process, String) {
     let port = free_port();

@@ -592,11 +592,7 @@ async fn the_cli_serves_and_calls_with_tls_and_a_token() {
     let pki = pki();
     let tokens = pki.dir.join("tokens");
     std::fs::write(&tokens, "cli-token-0123456789 operator resolver\n").unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::ports::free_port();
     let listen = format!("127.0.0.1:{port}");
     let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/cluster");
     let path = |p: &PathBuf| p.to_string_lossy().to_string();

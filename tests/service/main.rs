@@ -6,6 +6,8 @@ mod admission;
 mod aggregator;
 #[path = "../common/attacks.rs"]
 mod attacks;
+#[path = "../common/ports.rs"]
+mod ports;
 #[path = "../common/process.rs"]
 mod process;
 #[path = "../common/workloads.rs"]
