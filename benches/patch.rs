@@ -11,7 +11,8 @@
 //!    (as a reconcile loop asks; the server remembers answers per object version), and a new
 //!    label value on every call (planned every time).
 //!
-//! Run: `cargo bench --bench patch` (`-- --seconds 5 --concurrency 32 --rounds 200`).
+//! Run: `cargo bench --bench patch` (`-- --seconds 5 --concurrency 32 --rounds 200`, and
+//! `--kind K` to plan only one kind's objects in-process).
 //! Without `--bench` (as `cargo test --benches` runs it) it does a tiny smoke run.
 
 #[path = "common/args.rs"]
@@ -88,13 +89,16 @@ fn objects(
     out
 }
 
-fn in_process(rounds: usize) {
+fn in_process(rounds: usize, only: Option<&str>) {
     let catalog = Catalog::embedded().expect("catalog");
     let intents = intents();
     let mut all = Vec::new();
     let mut by_kind: BTreeMap<String, Vec<Duration>> = BTreeMap::new();
     let mut planned = 0;
     for (kind, def, doc) in objects(&catalog) {
+        if only.is_some_and(|k| k != kind) {
+            continue;
+        }
         // Warm: the definition's write plan is prepared once.
         if patch::plan(&def, &doc, &intents).is_err() {
             continue;
@@ -283,7 +287,9 @@ fn main() {
     let concurrency = args
         .value::<usize>("--concurrency")
         .unwrap_or(if bench { 32 } else { 2 });
-    in_process(rounds);
+    // `--kind K`: only that kind's objects in the in-process part (for profiles).
+    let only = args.value::<String>("--kind");
+    in_process(rounds, only.as_deref());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -757,8 +757,25 @@ impl<'a, 'p> Planner<'a, 'p> {
         if self.checks.is_empty() {
             return Ok(());
         }
-        let patched = value::from_json(&self.writer.doc, Limits::default())
-            .map_err(|e| PatchRefused::Object(format!("patched object: {e}")))?;
+        let converted = || {
+            value::from_json(&self.writer.doc, Limits::default())
+                .map_err(|e| PatchRefused::Object(format!("patched object: {e}")))
+        };
+        // The writes replayed on the original's jq value: no second conversion of the
+        // whole object (the patch's own bounds, MAX_OPS and MAX_PATCH_BYTES, bound what
+        // the writes add to an object that converted within its budget).
+        let patched = match self
+            .original_val
+            .as_ref()
+            .and_then(|v| ops::replay(v, &self.writer.edits))
+        {
+            Some(v) => v,
+            None => converted()?,
+        };
+        debug_assert!(
+            converted().map_or(true, |c| value::identical(&c, &patched)),
+            "replayed writes differ from the converted document"
+        );
         // Outputs read once per field, kept as jq values: only the leaves a check compares
         // are turned into JSON.
         let mut cache: Vec<(*const Field, Vec<Val>)> = Vec::new();

@@ -4,6 +4,8 @@
 
 use super::pathmode::{Loc, get};
 use crate::definition::assign::Step;
+use crate::expr::{Limits, Val, value};
+use jaq_json::Rc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
@@ -83,10 +85,26 @@ pub enum WriteError {
     },
 }
 
+/// One write as it changed the working copy: the read-back replays these on the original's
+/// jq value instead of converting the whole patched object again.
+#[derive(Debug, Clone)]
+pub(crate) enum Edit {
+    /// The member or element `step` of the container at `parent` became `value`.
+    Put {
+        parent: Loc,
+        step: Step,
+        value: Json,
+    },
+    /// `item` was appended to the array at `at`.
+    Push { at: Loc, item: Json },
+}
+
 /// The working copy and the operations written so far.
 pub(crate) struct Writer {
     pub(crate) doc: Json,
     pub(crate) ops: Vec<Op>,
+    /// The same writes, for replaying on a jq value (see [`Edit`]).
+    pub(crate) edits: Vec<Edit>,
     /// Where each write goes in a merge patch (see [`merge_root`]).
     pub(crate) roots: Vec<Loc>,
     /// About how many bytes the operations take as JSON.
@@ -120,6 +138,7 @@ impl Writer {
         Writer {
             doc,
             ops: Vec::new(),
+            edits: Vec::new(),
             roots: Vec::new(),
             bytes: 0,
         }
@@ -182,6 +201,11 @@ impl Writer {
                 return Err(WriteError::NoElement { at: path });
             }
         }
+        self.edits.push(Edit::Put {
+            parent: loc[..k].to_vec(),
+            step: loc[k].clone(),
+            value: nested.clone(),
+        });
         self.roots.push(merge_root(loc));
         self.bytes += path.len() + size(&nested) + 32;
         self.ops.push(if exists {
@@ -210,6 +234,10 @@ impl Writer {
                 if let Some(Json::Array(items)) = mut_at(&mut self.doc, loc) {
                     items.push(item.clone());
                 }
+                self.edits.push(Edit::Push {
+                    at: loc.clone(),
+                    item: item.clone(),
+                });
                 self.roots.push(merge_root(loc));
                 self.bytes += path.len() + size(&item) + 32;
                 self.ops.push(Op::Add { path, value: item });
@@ -222,6 +250,65 @@ impl Writer {
             }),
         }
     }
+}
+
+/// `original` (a jq value of the object the writer started from) with `edits` replayed:
+/// equal to converting the writer's document, for the cost of the paths written. Copies
+/// only the containers on those paths (the rest is shared); a new member goes where
+/// conversion puts it (keys in byte order). `None` when an edit does not fit the value
+/// (it cannot happen for edits of the same object; the caller then converts the document).
+pub(crate) fn replay(original: &Val, edits: &[Edit]) -> Option<Val> {
+    let mut root = original.clone();
+    for edit in edits {
+        match edit {
+            Edit::Put {
+                parent,
+                step,
+                value,
+            } => {
+                let value = value::from_json(value, Limits::default()).ok()?;
+                match (step, container(&mut root, parent)?) {
+                    (Step::Key(key), Val::Obj(m)) => {
+                        let m = Rc::make_mut(m);
+                        let key_val = value::string(key);
+                        if let Some(slot) = m.get_mut(&key_val) {
+                            *slot = value;
+                        } else {
+                            let at = m
+                                .binary_search_by(|k, _| {
+                                    value::as_bytes(k).unwrap_or_default().cmp(key.as_bytes())
+                                })
+                                .err()?;
+                            m.shift_insert(at, key_val, value);
+                        }
+                    }
+                    (Step::Index(i), Val::Arr(a)) => *Rc::make_mut(a).get_mut(*i)? = value,
+                    _ => return None,
+                }
+            }
+            Edit::Push { at, item } => {
+                let item = value::from_json(item, Limits::default()).ok()?;
+                match container(&mut root, at)? {
+                    Val::Arr(a) => Rc::make_mut(a).push(item),
+                    _ => return None,
+                }
+            }
+        }
+    }
+    Some(root)
+}
+
+/// The value at `loc`, made unique on the way so it can be changed.
+fn container<'a>(root: &'a mut Val, loc: &[Step]) -> Option<&'a mut Val> {
+    let mut cur = root;
+    for step in loc {
+        cur = match (step, cur) {
+            (Step::Key(k), Val::Obj(m)) => Rc::make_mut(m).get_mut(&value::string(k))?,
+            (Step::Index(i), Val::Arr(a)) => Rc::make_mut(a).get_mut(*i)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
 }
 
 /// The RFC 7386 merge patch that sets every value of `patched` at `roots` (locations that
