@@ -372,12 +372,10 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
+    let listener = crate::server::conn::listen(args.listen)
         .with_context(|| format!("binding the gRPC port {}", args.listen))?;
     let local = listener.local_addr()?;
-    let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
-        .await
+    let admin_listener = crate::server::conn::listen(args.admin_listen)
         .with_context(|| format!("binding the admin port {}", args.admin_listen))?;
     let admin_local = admin_listener.local_addr()?;
     let tls = args.tls_cert.is_some();
@@ -402,8 +400,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     ));
     let admin_watch = admin.abort_handle();
     if let Some(addr) = args.probe_listen {
-        let probe_listener = tokio::net::TcpListener::bind(addr)
-            .await
+        let probe_listener = crate::server::conn::listen(addr)
             .with_context(|| format!("binding the probe port {addr}"))?;
         tracing::info!(probes = %probe_listener.local_addr()?, "probe listener");
         tasks.watch(
@@ -443,8 +440,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         watch_stall_timeout: positive(args.watch_stall_timeout),
     };
     if let Some(addr) = args.webhook_listen {
-        let webhook_listener = tokio::net::TcpListener::bind(addr)
-            .await
+        let webhook_listener = crate::server::conn::listen(addr)
             .with_context(|| format!("binding the webhook port {addr}"))?;
         let webhook = crate::webhook::Settings {
             tls: args

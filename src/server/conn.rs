@@ -408,6 +408,25 @@ fn once_per(last: &AtomicU64, every_ms: u64) -> bool {
             .is_ok()
 }
 
+/// Connections the kernel queues for a listener before it accepts them (capped by
+/// `net.core.somaxconn`). A burst beyond the queue has its SYNs dropped, and each dropped
+/// client waits a whole retransmission timeout (1 s) before it tries again: Rust's default
+/// of 128 let a burst of reconnecting slow clients delay a probe by that second.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with a [`LISTEN_BACKLOG`]-deep accept queue (and `SO_REUSEADDR`,
+/// as the standard bind sets it).
+pub fn listen(addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// The connections accepted on `listener` that `gate` admits (TCP_NODELAY set): the others
 /// are closed at once. `port` names the listener in logs.
 ///
@@ -466,8 +485,12 @@ pub fn incoming(
 /// Longest an evicting gate's new connection waits for a connection to become evictable.
 const ADMIT_WAIT: Duration = Duration::from_millis(250);
 
-/// Connections of one port waiting for room at once (each holds its socket).
-const MAX_WAITING: usize = 256;
+/// Connections of one port waiting for room at once (each holds its socket and looks for
+/// room every [`ADMIT_RETRY`]: the bound keeps that looking cheap in a storm).
+const MAX_WAITING: usize = 64;
+
+/// How often a waiting connection looks for room.
+const ADMIT_RETRY: Duration = Duration::from_millis(10);
 
 /// `stream` admitted by `gate`. At an evicting gate's cap where no connection can be evicted
 /// yet (every one is serving a request, has bytes unread or has not been read from: after a
@@ -488,7 +511,7 @@ async fn admit_or_wait<IO>(
                     return None;
                 }
                 stream = back;
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(ADMIT_RETRY).await;
             }
         }
     }
@@ -1009,5 +1032,30 @@ mod tests {
             "another peer waited {:?} behind it",
             started.elapsed()
         );
+    }
+
+    #[tokio::test]
+    async fn a_burst_beyond_the_default_backlog_is_queued_not_dropped() {
+        let listener = listen(SocketAddr::from(([127, 0, 0, 1], 0))).expect("listens");
+        let addr = listener.local_addr().unwrap();
+        // Nothing accepts: with the default queue of 128 the SYNs after it are dropped and
+        // their clients wait a second to try again.
+        // (A kernel whose `net.core.somaxconn` caps the queue lower is asked for less.)
+        let cap: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(128);
+        let started = Instant::now();
+        let mut open = Vec::new();
+        for _ in 0..cap.min(300) {
+            let connect = tokio::net::TcpStream::connect(addr);
+            let stream = tokio::time::timeout(Duration::from_millis(500), connect)
+                .await
+                .expect("connected at once, not after a retransmission")
+                .expect("connects");
+            open.push(stream);
+        }
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(listener);
     }
 }
