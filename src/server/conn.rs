@@ -114,7 +114,7 @@ pub struct Conn {
     /// arrive until the server has read them, so a connection whose request head sits
     /// unread in the socket is never evicted, however busy the server is.
     waiting: AtomicBool,
-    /// The task reading the connection, woken on eviction.
+    /// The reading task's waker (wrapped, see [`ReadWake`]), woken on eviction.
     reader: Mutex<Option<Waker>>,
 }
 
@@ -439,47 +439,79 @@ pub fn incoming(
     gate: Gate,
     port: &'static str,
 ) -> impl futures::Stream<Item = io::Result<Guarded<tokio::net::TcpStream>>> {
-    use futures::FutureExt;
-    type Waiting = futures::future::BoxFuture<'static, Option<Guarded<tokio::net::TcpStream>>>;
-    let waiting: futures::stream::FuturesUnordered<Waiting> = Default::default();
+    let waiting = Waiting::default();
     futures::stream::unfold(
         (listener, gate, waiting),
         move |(listener, gate, mut waiting)| async move {
             loop {
-                tokio::select! {
-                    Some(admitted) = futures::StreamExt::next(&mut waiting), if !waiting.is_empty() => {
-                        match admitted {
-                            Some(guarded) => return Some((Ok(guarded), (listener, gate, waiting))),
-                            None => refused(port, gate.limits.max_connections),
-                        }
-                    }
+                let admitted = tokio::select! {
+                    Some(admitted) = futures::StreamExt::next(&mut waiting), if !waiting.is_empty() => admitted,
                     accepted = listener.accept() => match accepted {
-                        Ok((stream, remote)) => {
-                            // Responses span several segments: without TCP_NODELAY, Nagle and
-                            // delayed ACKs add ~40 ms.
-                            let _ = stream.set_nodelay(true);
-                            match gate.try_admit(stream, Some(remote)) {
-                                Ok(guarded) => return Some((Ok(guarded), (listener, gate, waiting))),
-                                Err(stream) if gate.evicting() && waiting.len() < MAX_WAITING => {
-                                    let gate = gate.clone();
-                                    waiting.push(
-                                        async move { admit_or_wait(&gate, stream, Some(remote)).await }
-                                            .boxed(),
-                                    );
-                                }
-                                Err(_) => refused(port, gate.limits.max_connections),
-                            }
-                        }
+                        Ok((stream, remote)) => admit_or_queue(&gate, &mut waiting, stream, remote),
                         Err(e) => {
                             // Out of file descriptors and the like: back off instead of spinning.
                             tracing::warn!(port, error = %e, "accept failed");
                             tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
                         }
                     },
+                };
+                match admitted {
+                    Admitted::Now(guarded) => {
+                        return Some((Ok(guarded), (listener, gate, waiting)));
+                    }
+                    Admitted::Queued => {}
+                    Admitted::Refused => refused(port, gate.limits.max_connections),
                 }
             }
         },
     )
+}
+
+/// Connections waiting for room at an evicting gate (see [`admit_or_wait`]).
+type Waiting = futures::stream::FuturesUnordered<
+    futures::future::BoxFuture<'static, Admitted<tokio::net::TcpStream>>,
+>;
+
+/// What became of an accepted connection.
+enum Admitted<IO> {
+    /// Admitted: serve it.
+    Now(Guarded<IO>),
+    /// Waiting for room beside the accept loop.
+    Queued,
+    /// Closed (dropped).
+    Refused,
+}
+
+/// Admits `stream` at once, or queues it in `waiting` to wait for room (an evicting gate,
+/// fewer than [`MAX_WAITING`] already waiting), or refuses it.
+fn admit_or_queue(
+    gate: &Gate,
+    waiting: &mut Waiting,
+    stream: tokio::net::TcpStream,
+    remote: SocketAddr,
+) -> Admitted<tokio::net::TcpStream> {
+    use futures::FutureExt;
+    // Responses span several segments: without TCP_NODELAY, Nagle and delayed ACKs add
+    // ~40 ms.
+    let _ = stream.set_nodelay(true);
+    match gate.try_admit(stream, Some(remote)) {
+        Ok(guarded) => Admitted::Now(guarded),
+        Err(stream) if gate.evicting() && waiting.len() < MAX_WAITING => {
+            let gate = gate.clone();
+            waiting.push(
+                async move {
+                    match admit_or_wait(&gate, stream, Some(remote)).await {
+                        Some(guarded) => Admitted::Now(guarded),
+                        None => Admitted::Refused,
+                    }
+                }
+                .boxed(),
+            );
+            Admitted::Queued
+        }
+        Err(_) => Admitted::Refused,
+    }
 }
 
 /// Longest an evicting gate's new connection waits for a connection to become evictable.
@@ -492,7 +524,7 @@ const MAX_WAITING: usize = 64;
 /// How often a waiting connection looks for room.
 const ADMIT_RETRY: Duration = Duration::from_millis(10);
 
-/// `stream` admitted by `gate`. At an evicting gate's cap where no connection can be evicted
+/// `stream` admitted by `gate` (an evicting one). At its cap where no connection can be evicted
 /// yet (every one is serving a request, has bytes unread or has not been read from: after a
 /// burst of connections, or with the server's threads busy), waits up to [`ADMIT_WAIT`] for
 /// one to become evictable, as the connections already accepted get read, instead of closing
@@ -507,7 +539,7 @@ async fn admit_or_wait<IO>(
         match gate.try_admit(stream, remote) {
             Ok(guarded) => return Some(guarded),
             Err(back) => {
-                if !gate.evicting() || started.elapsed() >= ADMIT_WAIT {
+                if started.elapsed() >= ADMIT_WAIT {
                     return None;
                 }
                 stream = back;
@@ -667,21 +699,18 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
         this.check(cx)?;
         let before = buf.filled().len();
         let result = if matches!(this._place, Place::Slot(_)) {
-            {
-                let mut reader = this.conn.reader.lock();
-                if !reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    *reader = Some(cx.waker().clone());
-                }
-            }
             if !this
                 .wake
                 .as_ref()
                 .is_some_and(|(w, _)| w.will_wake(cx.waker()))
             {
+                // A new reading task (or its first read): wrap its waker once, and let an
+                // eviction wake it (before the connection can count as waiting below).
                 let wrapped = Waker::from(Arc::new(ReadWake {
                     conn: Arc::downgrade(&this.conn),
                     task: cx.waker().clone(),
                 }));
+                *this.conn.reader.lock() = Some(wrapped.clone());
                 this.wake = Some((cx.waker().clone(), wrapped));
             }
             let wrapped = this.wake.as_ref().map_or(cx.waker(), |(_, w)| w);
