@@ -767,7 +767,7 @@ impl<'a, 'p> Planner<'a, 'p> {
         let patched = match self
             .original_val
             .as_ref()
-            .and_then(|v| ops::replay(v, &self.writer.edits))
+            .and_then(|v| ops::replay(v, &self.writer.ops, &self.writer.edits))
         {
             Some(v) => v,
             None => converted()?,

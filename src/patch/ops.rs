@@ -85,25 +85,22 @@ pub enum WriteError {
     },
 }
 
-/// One write as it changed the working copy: the read-back replays these on the original's
-/// jq value instead of converting the whole patched object again.
+/// Where one operation wrote in the working copy (one per operation, in order; the value is
+/// the operation's): the read-back replays these on the original's jq value instead of
+/// converting the whole patched object again.
 #[derive(Debug, Clone)]
 pub(crate) enum Edit {
-    /// The member or element `step` of the container at `parent` became `value`.
-    Put {
-        parent: Loc,
-        step: Step,
-        value: Json,
-    },
-    /// `item` was appended to the array at `at`.
-    Push { at: Loc, item: Json },
+    /// The member or element at this location became the value.
+    Put(Loc),
+    /// The value was appended to the array at this location.
+    Push(Loc),
 }
 
 /// The working copy and the operations written so far.
 pub(crate) struct Writer {
     pub(crate) doc: Json,
     pub(crate) ops: Vec<Op>,
-    /// The same writes, for replaying on a jq value (see [`Edit`]).
+    /// Where each operation wrote, for replaying on a jq value (see [`Edit`]).
     pub(crate) edits: Vec<Edit>,
     /// Where each write goes in a merge patch (see [`merge_root`]).
     pub(crate) roots: Vec<Loc>,
@@ -201,11 +198,7 @@ impl Writer {
                 return Err(WriteError::NoElement { at: path });
             }
         }
-        self.edits.push(Edit::Put {
-            parent: loc[..k].to_vec(),
-            step: loc[k].clone(),
-            value: nested.clone(),
-        });
+        self.edits.push(Edit::Put(at.to_vec()));
         self.roots.push(merge_root(loc));
         self.bytes += path.len() + size(&nested) + 32;
         self.ops.push(if exists {
@@ -234,10 +227,7 @@ impl Writer {
                 if let Some(Json::Array(items)) = mut_at(&mut self.doc, loc) {
                     items.push(item.clone());
                 }
-                self.edits.push(Edit::Push {
-                    at: loc.clone(),
-                    item: item.clone(),
-                });
+                self.edits.push(Edit::Push(loc.clone()));
                 self.roots.push(merge_root(loc));
                 self.bytes += path.len() + size(&item) + 32;
                 self.ops.push(Op::Add { path, value: item });
@@ -252,21 +242,25 @@ impl Writer {
     }
 }
 
-/// `original` (a jq value of the object the writer started from) with `edits` replayed:
-/// equal to converting the writer's document, for the cost of the paths written. Copies
-/// only the containers on those paths (the rest is shared); a new member goes where
-/// conversion puts it (keys in byte order). `None` when an edit does not fit the value
-/// (it cannot happen for edits of the same object; the caller then converts the document).
-pub(crate) fn replay(original: &Val, edits: &[Edit]) -> Option<Val> {
+/// `original` (a jq value of the object the writer started from) with `ops` replayed where
+/// `edits` say they wrote: equal to converting the writer's document, for the cost of the
+/// paths written. Copies only the containers on those paths (the rest is shared); a new
+/// member goes where conversion puts it (keys in byte order). `None` when an edit does not
+/// fit the value (it cannot happen for edits of the same object; the caller then converts
+/// the document).
+pub(crate) fn replay(original: &Val, ops: &[Op], edits: &[Edit]) -> Option<Val> {
+    if ops.len() != edits.len() {
+        return None;
+    }
     let mut root = original.clone();
-    for edit in edits {
+    for (op, edit) in ops.iter().zip(edits) {
+        let (Op::Add { value, .. } | Op::Replace { value, .. }) = op else {
+            return None;
+        };
+        let value = value::from_json(value, Limits::default()).ok()?;
         match edit {
-            Edit::Put {
-                parent,
-                step,
-                value,
-            } => {
-                let value = value::from_json(value, Limits::default()).ok()?;
+            Edit::Put(at) => {
+                let (step, parent) = at.split_last()?;
                 match (step, container(&mut root, parent)?) {
                     (Step::Key(key), Val::Obj(m)) => {
                         let m = Rc::make_mut(m);
@@ -286,13 +280,10 @@ pub(crate) fn replay(original: &Val, edits: &[Edit]) -> Option<Val> {
                     _ => return None,
                 }
             }
-            Edit::Push { at, item } => {
-                let item = value::from_json(item, Limits::default()).ok()?;
-                match container(&mut root, at)? {
-                    Val::Arr(a) => Rc::make_mut(a).push(item),
-                    _ => return None,
-                }
-            }
+            Edit::Push(at) => match container(&mut root, at)? {
+                Val::Arr(a) => Rc::make_mut(a).push(value),
+                _ => return None,
+            },
         }
     }
     Some(root)
