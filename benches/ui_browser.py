@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "python"))
+from ports import free_port  # noqa: E402 (after the path is set)
 
 
 def write_cluster(root: Path, workloads: int) -> int:
@@ -71,11 +72,6 @@ def write_cluster(root: Path, workloads: int) -> int:
         (root / f"{name}.yaml").write_text("\n---\n".join(json.dumps(d) for d in docs))
     return pods_total
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> int:

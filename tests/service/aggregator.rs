@@ -7,6 +7,7 @@
 //! put back together equal one unsharded server.
 
 use super::{copy_dir, next_event, temp_dir};
+use crate::ports::free_port;
 use kartograf::aggregate::{self, Aggregator, Backoff, UpstreamConfig};
 use kartograf::definition::{Catalog, LoadReport};
 use kartograf::index::Index;
@@ -1100,8 +1101,6 @@ impl Drop for Process {
         let _ = self.0.wait();
     }
 }
-
-use crate::ports::free_port;
 
 fn serve(args: &[&str]) -> (Process, String) {
     let port = free_port();

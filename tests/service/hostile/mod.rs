@@ -59,19 +59,8 @@ impl Served {
         Served::start_with_env(args, &[])
     }
 
-    /// As [`Served::start`], with extra environment variables. A start that loses its gRPC or
-    /// admin port to another process is tried again on fresh ports (at most three times).
+    /// As [`Served::start`], with extra environment variables.
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Served {
-        for _ in 0..2 {
-            if let Some(served) = Served::try_start(args, env) {
-                return served;
-            }
-        }
-        Served::try_start(args, env).expect("the third start found its ports taken as well")
-    }
-
-    /// One start: `None` when the gRPC or admin port was taken before the child bound it.
-    fn try_start(args: &[&str], env: &[(&str, &str)]) -> Option<Served> {
         let grpc_port = free_port();
         let admin_port = free_port();
         let stderr = scratch("stderr").join("serve.log");
@@ -96,18 +85,15 @@ impl Served {
         };
         let until = Instant::now() + Duration::from_secs(60);
         while served.get("/livez").0 != 200 {
-            if !served.running() {
-                let log = served.log();
-                let lost_port = [grpc_port, admin_port]
-                    .iter()
-                    .any(|p| log.contains(&format!("127.0.0.1:{p}: Address already in use")));
-                assert!(lost_port, "kartograf serve exited at start:\n{log}");
-                return None;
-            }
+            assert!(
+                served.running(),
+                "kartograf serve exited at start:\n{}",
+                served.log()
+            );
             assert!(Instant::now() < until, "no /livez within 60 s");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(served)
+        served
     }
 
     /// Waits until `/readyz` answers 200 (the first full load is done).
