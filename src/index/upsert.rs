@@ -5,13 +5,15 @@
 use super::objects::Entry;
 use super::settle::cut_short;
 use super::{Index, Writer};
+use crate::gangs::verify::PodLinks;
 use crate::model::{Cached, Pod, Skip};
 use crate::resolve;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// Two versions of a pod agree on everything accounting and the graph read besides the
-/// definition's questions.
+/// definition's questions: among them the gang objects it names, which the live gang check
+/// reads (a pod that comes to name its PodGroup must re-check its workload's gangs).
 fn same_accounting(a: &Pod, b: &Pod) -> bool {
     a.node == b.node
         && a.phase == b.phase
@@ -20,6 +22,7 @@ fn same_accounting(a: &Pod, b: &Pod) -> bool {
         && *a.request == *b.request
         && a.bad_quantities == b.bad_quantities
         && a.resource_claims == b.resource_claims
+        && PodLinks::of(a).names == PodLinks::of(b).names
 }
 
 impl Index {

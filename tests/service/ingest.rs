@@ -74,6 +74,23 @@ fn a_restart_count_change_skips_re_resolution() {
 }
 
 #[test]
+fn a_pod_that_comes_to_name_a_gang_object_re_resolves() {
+    let (index, docs) = demo();
+    let mut pod = worker(&docs);
+    // Nothing a definition asks or accounting reads changes: only the gang object the pod
+    // names, which its workload's gang check reads.
+    pod["spec"]["schedulingGroup"] = serde_json::json!({"podGroupName": "llama-train-workers"});
+    let resolved = index.resolutions();
+    assert!(
+        index
+            .batch()
+            .write(Write::apply("demo", pod.clone()))
+            .is_empty()
+    );
+    assert_eq!(index.resolutions(), resolved + 1);
+}
+
+#[test]
 fn a_label_a_selector_reads_re_resolves() {
     let (index, docs) = demo();
     let before = instances(&jobset(&index));
