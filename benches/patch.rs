@@ -131,7 +131,7 @@ fn in_process(rounds: usize, only: Option<&str>) {
         })
         .collect();
     worst.sort();
-    for (d, k) in worst.iter().rev().take(3) {
+    for (d, k) in worst.iter().rev().take(args_top()) {
         println!("plan/slowest      {k}: p99 {d:.2?}");
     }
 }
@@ -295,4 +295,12 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(process(seconds, concurrency));
+}
+
+/// How many of the slowest kinds to list (`KARTOGRAF_BENCH_TOP`, default 3).
+fn args_top() -> usize {
+    std::env::var("KARTOGRAF_BENCH_TOP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
 }

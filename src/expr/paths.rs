@@ -14,7 +14,7 @@
 use jaq_core::load::lex::StrPart;
 use jaq_core::load::parse::{BinaryOp, Pattern, Term};
 use jaq_core::load::{Lexer, Parser};
-use jaq_core::ops::Cmp;
+use jaq_core::ops::{Cmp, Math};
 use jaq_core::path::{Opt, Part};
 use serde_json::Value as Json;
 use std::collections::BTreeSet;
@@ -627,6 +627,13 @@ impl Cx {
                 }
                 vec![Abs::Computed]
             }
+            // Division splits strings and divides numbers, the remainder is a number: new
+            // values, not parts of the operands.
+            BinaryOp::Math(Math::Div | Math::Rem) => {
+                self.eval(l, input);
+                self.eval(r, input);
+                vec![Abs::Computed]
+            }
             BinaryOp::Math(_) => {
                 let left = self.eval(l, input);
                 let right = self.eval(r, input);
@@ -1042,6 +1049,14 @@ mod tests {
             outputs(r#".status.conditions[]? | select(.type == "Ready")"#),
             [".status.conditions[]"]
         );
+    }
+
+    #[test]
+    fn division_makes_a_new_value() {
+        // `/` splits a string: the pieces are no part of the string's field.
+        assert_eq!(outputs(r#".spec.path / ".""#), ["computed"]);
+        assert_eq!(reads(r#".spec.path / "." | .[]"#), [".spec.path"]);
+        assert_eq!(outputs(".spec.a % 2"), ["computed"]);
     }
 
     #[test]

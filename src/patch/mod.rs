@@ -164,34 +164,48 @@ pub fn plan_with(
         return Err(PatchRefused::Object("not a JSON object".into()));
     }
     let wp = plan::of(definition);
-    let mut p = Planner {
-        definition,
-        wp: &wp,
-        original: object,
-        original_val: val,
-        writer: Writer::new(object.clone()),
-        checks: Vec::new(),
-        deadline: Instant::now() + DEADLINE,
-    };
-    if intents.touches_pods() {
-        p.pods(intents)?;
+    let deadline = Instant::now() + DEADLINE;
+    let mut val = val;
+    // First trusting each path's locations (no read of the original); when the read-back
+    // finds a path's outputs do not line up with them, again the careful way.
+    for trust_paths in [true, false] {
+        let mut p = Planner {
+            definition,
+            wp: &wp,
+            original: object,
+            original_val: val.take(),
+            writer: Writer::new(object.clone()),
+            checks: Vec::new(),
+            located: Vec::new(),
+            trust_paths,
+            deadline,
+        };
+        if intents.touches_pods() {
+            p.pods(intents)?;
+        }
+        for (component, n) in &intents.replicas {
+            p.replicas(component, *n)?;
+        }
+        if let Some(l) = intents.lifecycle {
+            p.lifecycle(l)?;
+        }
+        if !p.verify()? {
+            val = p.original_val;
+            continue;
+        }
+        let Writer {
+            doc, ops, roots, ..
+        } = p.writer;
+        return Ok(Patch {
+            ops,
+            roots,
+            patched: doc,
+            guard: None,
+        });
     }
-    for (component, n) in &intents.replicas {
-        p.replicas(component, *n)?;
-    }
-    if let Some(l) = intents.lifecycle {
-        p.lifecycle(l)?;
-    }
-    p.verify()?;
-    let Writer {
-        doc, ops, roots, ..
-    } = p.writer;
-    Ok(Patch {
-        ops,
-        roots,
-        patched: doc,
-        guard: None,
-    })
+    Err(PatchRefused::Object(
+        "the definition's paths do not line up with its outputs".into(),
+    ))
 }
 
 /// What a written value must read back as.
@@ -222,6 +236,11 @@ struct Planner<'a, 'p> {
     original_val: Option<Val>,
     writer: Writer,
     checks: Vec<Check<'p>>,
+    /// Fields located by their paths alone, with how many outputs they must have.
+    located: Vec<(&'p Field, usize)>,
+    /// Locate by path mode without reading the original (the count is checked on the
+    /// patched object in [`Planner::verify`]).
+    trust_paths: bool,
     deadline: Instant,
 }
 
@@ -278,9 +297,29 @@ impl<'a, 'p> Planner<'a, 'p> {
     fn locate(
         &mut self,
         component: &'p str,
-        field: &Field,
+        field: &'p Field,
         objects: bool,
     ) -> Result<Vec<Option<Target>>, PatchRefused> {
+        // Trusted: locations that all hold something, where an output is the value at its
+        // location (or an object built on it) and so is never absent. An absent location
+        // may still output something (`l // {default}` writes at `l`): read those.
+        let present = |t: &Target| match t {
+            Target::At(loc) => {
+                !matches!(pathmode::get(self.original, loc), None | Some(Json::Null))
+            }
+            Target::Object(..) => true,
+            Target::Computed(_) => false,
+        };
+        if self.trust_paths
+            && field.read.is_some()
+            && let Some(Ok(ts)) = field.path.as_ref().map(|p| p.targets(self.original))
+            && ts
+                .iter()
+                .all(|t| present(t) || (!objects && !matches!(t, Target::Computed(_))))
+        {
+            self.located.push((field, ts.len()));
+            return Ok(ts.into_iter().map(Some).collect());
+        }
         let reads = self.read(field)?;
         let shown = |r: &Val| !objects || !matches!(r, Val::Null);
         let why = match field.path.as_ref().map(|p| p.targets(self.original)) {
@@ -752,10 +791,11 @@ impl<'a, 'p> Planner<'a, 'p> {
         Ok(())
     }
 
-    /// Reads every written value back through the definition.
-    fn verify(&mut self) -> Result<(), PatchRefused> {
-        if self.checks.is_empty() {
-            return Ok(());
+    /// Reads every written value back through the definition. `Ok(false)`: a path located
+    /// without reading ([`Planner::trust_paths`]) does not line up with its outputs.
+    fn verify(&mut self) -> Result<bool, PatchRefused> {
+        if self.checks.is_empty() && self.located.is_empty() {
+            return Ok(true);
         }
         let converted = || {
             value::from_json(&self.writer.doc, Limits::default())
@@ -776,28 +816,18 @@ impl<'a, 'p> Planner<'a, 'p> {
             converted().map_or(true, |c| value::identical(&c, &patched)),
             "replayed writes differ from the converted document"
         );
-        // Outputs read once per field, kept as jq values: only the leaves a check compares
-        // are turned into JSON.
-        let mut cache: Vec<(*const Field, Vec<Val>)> = Vec::new();
+        let mut cache = ReadBack {
+            patched: &patched,
+            deadline: self.deadline,
+            outputs: Vec::new(),
+        };
+        for (field, n) in &self.located {
+            if cache.outputs(field).len() != *n {
+                return Ok(false);
+            }
+        }
         for check in &self.checks {
-            let key = check.field as *const Field;
-            let slot = match cache.iter().position(|(k, _)| *k == key) {
-                Some(i) => i,
-                None => {
-                    let o: Vec<Val> = check
-                        .field
-                        .read
-                        .as_ref()
-                        .and_then(|e| {
-                            crate::resolve::evaluate::bounded(e, &patched, &[], Some(self.deadline))
-                                .ok()
-                        })
-                        .unwrap_or_default();
-                    cache.push((key, o));
-                    cache.len() - 1
-                }
-            };
-            let outputs = &cache[slot].1;
+            let outputs = cache.outputs(check.field);
             let at = |o: &Val| -> Option<Json> {
                 let mut cur = o;
                 for k in &check.at {
@@ -838,7 +868,38 @@ impl<'a, 'p> Planner<'a, 'p> {
                 ));
             }
         }
-        Ok(())
+        Ok(true)
+    }
+}
+
+/// The outputs of fields on the patched object, read once per field and kept as jq values:
+/// only the leaves a check compares are turned into JSON.
+struct ReadBack<'v> {
+    patched: &'v Val,
+    deadline: Instant,
+    outputs: Vec<(*const Field, Vec<Val>)>,
+}
+
+impl ReadBack<'_> {
+    /// The outputs of `field` (an error reads as none).
+    fn outputs(&mut self, field: &Field) -> &[Val] {
+        let key = field as *const Field;
+        let slot = match self.outputs.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                let o: Vec<Val> = field
+                    .read
+                    .as_ref()
+                    .and_then(|e| {
+                        crate::resolve::evaluate::bounded(e, self.patched, &[], Some(self.deadline))
+                            .ok()
+                    })
+                    .unwrap_or_default();
+                self.outputs.push((key, o));
+                self.outputs.len() - 1
+            }
+        };
+        &self.outputs[slot].1
     }
 }
 

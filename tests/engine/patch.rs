@@ -585,3 +585,50 @@ fn the_cli_prints_a_patch_kubectl_takes_and_refuses_whole() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// A pod template path whose outputs depend on what the patch writes: located by its path
+/// alone, its outputs on the patched object no longer line up, so the plan is made again
+/// reading the original, and refused because the write does not read back (as it always
+/// was); where the outputs stay put, the same definition plans.
+#[test]
+fn a_path_whose_outputs_the_writes_change_is_planned_again_and_refused() {
+    let text = r#"apiVersion: run.ai/v1alpha1
+kind: Karta
+metadata:
+  name: shifting
+spec:
+  structureDefinition:
+    rootComponent:
+      name: root
+      kind: {group: example.com, version: v1, kind: Shifting}
+      specDefinition:
+        podTemplateSpecPath: '.spec.templates[] | select(.metadata.labels["kai.scheduler/queue"] != "team-a")'
+      statusDefinition:
+        statusMappings: {}
+"#;
+    let (parsed, errors) = kartograf::definition::load::parse_text(text, "test.yaml");
+    assert!(errors.is_empty(), "{errors:?}");
+    let (defs, errors) =
+        kartograf::definition::catalog::compile_all(parsed, "test", Default::default());
+    assert!(errors.is_empty(), "{errors:?}");
+    let def = &defs[0];
+    let object = json!({
+        "apiVersion": "example.com/v1", "kind": "Shifting",
+        "metadata": {"name": "s", "namespace": "ns", "uid": "u", "resourceVersion": "1"},
+        "spec": {"templates": [
+            {"metadata": {}, "spec": {"containers": [{"name": "a"}]}},
+            {"metadata": {"labels": {"kai.scheduler/queue": "team-a"}},
+             "spec": {"containers": [{"name": "b"}]}}
+        ]}
+    });
+    let err = patch::plan(def, &object, &intents(false, true)).expect_err("refused");
+    assert!(err.to_string().contains("reads back"), "{err}");
+    // The scheduler name does not move the selection: planned on the first pass.
+    let p = patch::plan(def, &object, &intents(true, false)).expect("planned");
+    let patched = apply(&object, &p.json_patch());
+    assert_eq!(
+        patched["spec"]["templates"][0]["spec"]["schedulerName"],
+        SCHEDULER
+    );
+    assert!(patched["spec"]["templates"][1]["spec"]["schedulerName"].is_null());
+}
