@@ -840,35 +840,24 @@ impl Cx {
                 vec![Abs::Computed]
             }
             ("getpath", 1) => {
-                let paths = self.eval(&args[0], input);
-                let mut out = Vec::new();
-                for p in paths {
-                    let steps: Option<Vec<Step>> = match &p {
-                        Abs::Array(items) => items
-                            .iter()
-                            .map(|i| match i {
-                                Abs::Lit(Json::String(s)) => Some(Step::Key(s.clone())),
-                                Abs::Lit(Json::Number(n)) => n.as_i64().map(Step::Index),
-                                _ => None,
-                            })
-                            .collect(),
-                        _ => None,
-                    };
-                    match steps {
-                        Some(steps) => {
-                            let mut at = vec![input.clone()];
-                            for s in &steps {
-                                at = self.nav_all(&at, s, true);
-                            }
-                            at.into_iter().for_each(|v| push_unique(&mut out, v));
+                // Followed only for a literal array written out (`getpath(["a", 0, "a"])`):
+                // an array's abstract value is the set of its items, not their sequence.
+                self.eval(&args[0], input);
+                match literal_path(&args[0]) {
+                    Some(steps) => {
+                        let mut at = vec![input.clone()];
+                        for s in &steps {
+                            at = self.nav_all(&at, s, true);
                         }
-                        None => {
-                            self.not_checked("`getpath` with a computed path");
-                            push_unique(&mut out, Abs::Unknown("a value read with `getpath`"));
-                        }
+                        let mut out = Vec::new();
+                        at.into_iter().for_each(|v| push_unique(&mut out, v));
+                        out
+                    }
+                    None => {
+                        self.not_checked("`getpath` with a computed path");
+                        vec![Abs::Unknown("a value read with `getpath`")]
                     }
                 }
-                out
             }
             ("add" | "flatten" | "from_entries" | "transpose" | "pick", _) => {
                 args.iter().for_each(|a| {
@@ -981,6 +970,33 @@ fn is_scalar_builtin(name: &str) -> bool {
             | "@base64"
             | "@base64d"
     )
+}
+
+/// The steps of a literal array of keys and indexes (`["spec", "x", 0]`), in order.
+fn literal_path(term: &Term<&str>) -> Option<Vec<Step>> {
+    fn items<'t>(t: &'t Term<&'t str>, out: &mut Vec<&'t Term<&'t str>>) {
+        match t {
+            Term::BinOp(l, BinaryOp::Comma, r) => {
+                items(l, out);
+                items(r, out);
+            }
+            other => out.push(other),
+        }
+    }
+    let mut terms = Vec::new();
+    match term {
+        Term::Arr(None) => {}
+        Term::Arr(Some(body)) => items(body, &mut terms),
+        _ => return None,
+    }
+    terms
+        .into_iter()
+        .map(|t| match lit_of(t)? {
+            Json::String(s) => Some(Step::Key(s)),
+            Json::Number(n) => n.as_i64().map(Step::Index),
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -1115,6 +1131,19 @@ mod tests {
         let a = analyse(r#"getpath(["spec", "x"]) | .y"#, &[], &[]).unwrap();
         assert!(a.unchecked.is_empty());
         assert_eq!(a.reads[0].path.to_string(), ".spec.x.y");
+        // Repeated keys keep their places.
+        assert_eq!(
+            super::tests::reads(r#"getpath(["template", "spec", "template"]) | .x"#),
+            [".template.spec.template.x"]
+        );
+        // An array built from alternatives is no one path.
+        let a = analyse(
+            r#"("a", "b") as $r | ["spec", $r] as $p | getpath($p)"#,
+            &[],
+            &[],
+        )
+        .unwrap();
+        assert!(a.unchecked.iter().any(|u| u.contains("getpath")));
     }
 
     #[test]
