@@ -89,7 +89,7 @@ fn objects(
     out
 }
 
-fn in_process(rounds: usize, only: Option<&str>) {
+fn in_process(rounds: usize, only: Option<&str>, top: usize) {
     let catalog = Catalog::embedded().expect("catalog");
     let intents = intents();
     let mut all = Vec::new();
@@ -131,7 +131,7 @@ fn in_process(rounds: usize, only: Option<&str>) {
         })
         .collect();
     worst.sort();
-    for (d, k) in worst.iter().rev().take(args_top()) {
+    for (d, k) in worst.iter().rev().take(top) {
         println!("plan/slowest      {k}: p99 {d:.2?}");
     }
 }
@@ -289,18 +289,12 @@ fn main() {
         .unwrap_or(if bench { 32 } else { 2 });
     // `--kind K`: only that kind's objects in the in-process part (for profiles).
     let only = args.value::<String>("--kind");
-    in_process(rounds, only.as_deref());
+    // `--top N`: how many of the slowest kinds to list.
+    let top = args.value::<usize>("--top").unwrap_or(3);
+    in_process(rounds, only.as_deref(), top);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
     runtime.block_on(process(seconds, concurrency));
-}
-
-/// How many of the slowest kinds to list (`KARTOGRAF_BENCH_TOP`, default 3).
-fn args_top() -> usize {
-    std::env::var("KARTOGRAF_BENCH_TOP")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
 }

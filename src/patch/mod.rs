@@ -165,47 +165,37 @@ pub fn plan_with(
     }
     let wp = plan::of(definition);
     let deadline = Instant::now() + DEADLINE;
-    let mut val = val;
-    // First trusting each path's locations (no read of the original); when the read-back
-    // finds a path's outputs do not line up with them, again the careful way.
-    for trust_paths in [true, false] {
-        let mut p = Planner {
-            definition,
-            wp: &wp,
-            original: object,
-            original_val: val.take(),
-            writer: Writer::new(object.clone()),
-            checks: Vec::new(),
-            located: Vec::new(),
-            trust_paths,
-            deadline,
-        };
-        if intents.touches_pods() {
-            p.pods(intents)?;
-        }
-        for (component, n) in &intents.replicas {
-            p.replicas(component, *n)?;
-        }
-        if let Some(l) = intents.lifecycle {
-            p.lifecycle(l)?;
-        }
-        if !p.verify()? {
-            val = p.original_val;
-            continue;
-        }
-        let Writer {
-            doc, ops, roots, ..
-        } = p.writer;
-        return Ok(Patch {
-            ops,
-            roots,
-            patched: doc,
-            guard: None,
-        });
+    let planner = |val: Option<Val>, trust_paths: bool| Planner {
+        definition,
+        wp: &wp,
+        original: object,
+        original_val: val,
+        writer: Writer::new(object.clone()),
+        checks: Vec::new(),
+        located: Vec::new(),
+        trust_paths,
+        deadline,
+    };
+    // First trusting each path's locations (no read of the original).
+    let mut p = planner(val, true);
+    p.apply(intents)?;
+    if !p.verify()? {
+        // A trusted path's outputs do not line up with its locations: again, reading the
+        // original first (nothing is trusted, so the read-back has no count to check).
+        p = planner(p.original_val.take(), false);
+        p.apply(intents)?;
+        let lined_up = p.verify()?;
+        debug_assert!(lined_up, "nothing was trusted");
     }
-    Err(PatchRefused::Object(
-        "the definition's paths do not line up with its outputs".into(),
-    ))
+    let Writer {
+        doc, ops, roots, ..
+    } = p.writer;
+    Ok(Patch {
+        ops,
+        roots,
+        patched: doc,
+        guard: None,
+    })
 }
 
 /// What a written value must read back as.
@@ -259,6 +249,20 @@ impl<'a, 'p> Planner<'a, 'p> {
         }
     }
 
+    /// Writes every intent (read back by [`Planner::verify`]).
+    fn apply(&mut self, intents: &Intents) -> Result<(), PatchRefused> {
+        if intents.touches_pods() {
+            self.pods(intents)?;
+        }
+        for (component, n) in &intents.replicas {
+            self.replicas(component, *n)?;
+        }
+        if let Some(l) = intents.lifecycle {
+            self.lifecycle(l)?;
+        }
+        Ok(())
+    }
+
     fn val(&mut self) -> Result<&Val, PatchRefused> {
         if self.original_val.is_none() {
             let v = value::from_json(self.original, Limits::default())
@@ -300,29 +304,28 @@ impl<'a, 'p> Planner<'a, 'p> {
         field: &'p Field,
         objects: bool,
     ) -> Result<Vec<Option<Target>>, PatchRefused> {
+        let targets = field.path.as_ref().map(|p| p.targets(self.original));
         // Trusted: locations that all hold something, where an output is the value at its
         // location (or an object built on it) and so is never absent. An absent location
         // may still output something (`l // {default}` writes at `l`): read those.
-        let present = |t: &Target| match t {
+        let original = self.original;
+        let trusted = |t: &Target| match t {
             Target::At(loc) => {
-                !matches!(pathmode::get(self.original, loc), None | Some(Json::Null))
+                !objects || !matches!(pathmode::get(original, loc), None | Some(Json::Null))
             }
             Target::Object(..) => true,
             Target::Computed(_) => false,
         };
-        if self.trust_paths
-            && field.read.is_some()
-            && let Some(Ok(ts)) = field.path.as_ref().map(|p| p.targets(self.original))
-            && ts
-                .iter()
-                .all(|t| present(t) || (!objects && !matches!(t, Target::Computed(_))))
-        {
-            self.located.push((field, ts.len()));
-            return Ok(ts.into_iter().map(Some).collect());
-        }
+        let targets = match targets {
+            Some(Ok(ts)) if self.trust_paths && field.read.is_some() && ts.iter().all(trusted) => {
+                self.located.push((field, ts.len()));
+                return Ok(ts.into_iter().map(Some).collect());
+            }
+            other => other,
+        };
         let reads = self.read(field)?;
         let shown = |r: &Val| !objects || !matches!(r, Val::Null);
-        let why = match field.path.as_ref().map(|p| p.targets(self.original)) {
+        let why = match targets {
             Some(Ok(ts))
                 if ts.len() == reads.len()
                     && !ts.iter().any(|t| matches!(t, Target::Computed(_))) =>
